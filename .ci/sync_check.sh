@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Fails if nbdev_export or nbdev_clean would change any file under nbs/ or rl_notes/ (notebooks are the source).
+set -euo pipefail
+snap() { find nbs rl_notes -type f \( -name '*.ipynb' -o -name '*.py' \) -not -path '*/.ipynb_checkpoints/*' -not -path '*/__pycache__/*' -print0 | sort -z | xargs -0 sha256sum; }
+before=$(snap)
+nbdev_export
+nbdev_clean
+after=$(snap)
+if [ "$before" != "$after" ]; then
+  echo "nbdev_export / nbdev_clean changed these files; run 'make export' and commit:" >&2
+  diff <(echo "$before") <(echo "$after") >&2 || true
+  exit 1
+fi
+echo "sync-check: notebooks and library are in sync"

@@ -1,0 +1,44 @@
+# rl_notes: `make test` is the test command CI runs (.ci/run); `make demo` is the main job.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+BIN := $(VENV)/bin
+# A CPU build of torch that installs from local disk on the project's machines; any torch >= 2.4 works.
+TORCH_SPEC ?= torch==2.13.0
+NB_WORKERS ?= 2
+
+.PHONY: venv test test-nb test-py test-slow sync-check export clean-nb demo bench docs docs-test
+
+$(VENV)/.installed: setup.py settings.ini
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_SPEC)" || $(PY) -m pip install -q "torch>=2.4"
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $@
+
+venv: $(VENV)/.installed
+
+# Fails if nbdev_export or nbdev_clean would change any file, then runs the notebooks and pytest.
+test: venv sync-check test-nb test-py
+
+sync-check: venv
+	PATH=$(BIN):$$PATH bash .ci/sync_check.sh
+
+test-nb: venv
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/nbdev_test --n_workers $(NB_WORKERS) --timing
+
+test-py: venv
+	$(BIN)/pytest -q tests
+
+# Slow cells (minutes each on a 2-core CPU): the experiments behind the committed outputs.
+test-slow: venv
+	$(BIN)/nbdev_test --flags slow --n_workers 1 --timing
+
+export: venv
+	$(BIN)/nbdev_export && $(BIN)/nbdev_clean
+
+bench: venv
+	$(PY) -m rl_notes.bench all
+
+demo: venv
+	$(BIN)/rl_notes demo --out runs/demo
