@@ -35,10 +35,21 @@ test-slow: venv
 	$(BIN)/nbdev_test --flags slow --n_workers 1 --timing
 
 export: venv
-	$(BIN)/nbdev_export && $(BIN)/nbdev_clean
+	$(BIN)/nbdev_clean && $(BIN)/nbdev_export && $(PY) .ci/readme.py
 
 bench: venv
 	$(PY) -m rl_notes.bench all
 
 demo: venv
 	$(BIN)/rl_notes demo --out runs/demo
+
+# Docs site (see docs/README.md): Sphinx + myst-nb build of the notebooks into site/, and a headless-chromium test.
+$(VENV)/.docs-installed: docs/requirements.txt $(VENV)/.installed
+	$(PY) -m pip install -q -r docs/requirements.txt
+	touch $@
+
+docs: venv $(VENV)/.docs-installed
+	$(PY) docs/build.py
+
+docs-test: docs
+	$(PY) docs/test_site.py

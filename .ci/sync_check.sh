@@ -3,12 +3,13 @@
 set -euo pipefail
 snap() { find nbs rl_notes -type f \( -name '*.ipynb' -o -name '*.py' \) -not -path '*/.ipynb_checkpoints/*' -not -path '*/__pycache__/*' -print0 | sort -z | xargs -0 sha256sum; }
 before=$(snap)
-nbdev_export
 nbdev_clean
+nbdev_export
 after=$(snap)
 if [ "$before" != "$after" ]; then
   echo "nbdev_export / nbdev_clean changed these files; run 'make export' and commit:" >&2
   diff <(echo "$before") <(echo "$after") >&2 || true
   exit 1
 fi
-echo "sync-check: notebooks and library are in sync"
+python3 .ci/readme.py --check
+echo "sync-check: notebooks, library and README are in sync"

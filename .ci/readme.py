@@ -1,0 +1,31 @@
+#!/usr/bin/env python3
+"""Write README.md from nbs/index.ipynb (nbdev's readme_nb) without Quarto, which nbdev_readme needs and these
+machines cannot install. Markdown cells are copied; code cells become ```python blocks followed by their text
+output; cells starting with `#| hide` are skipped. `--check` exits 1 if README.md would change."""
+import json, sys, pathlib
+root = pathlib.Path(__file__).resolve().parent.parent
+nb = json.loads((root / "nbs" / "index.ipynb").read_text(encoding="utf-8"))
+out = []
+for c in nb["cells"]:
+    src = "".join(c["source"]).strip("\n")
+    if not src: continue
+    first = src.split("\n", 1)[0].replace(" ", "")
+    if first.startswith("#|hide") or first.startswith("#|default_exp"): continue
+    if c["cell_type"] == "markdown":
+        out.append(src)
+    elif c["cell_type"] == "code":
+        lines = [l for l in src.split("\n") if not l.replace(" ", "").startswith("#|")]
+        out.append("```python\n" + "\n".join(lines) + "\n```")
+        text = ""
+        for o in c.get("outputs", []):
+            if o.get("output_type") == "stream": text += "".join(o["text"])
+            elif "data" in o and "text/plain" in o["data"] and "text/markdown" not in o["data"]: text += "".join(o["data"]["text/plain"]) + "\n"
+            elif "data" in o and "text/markdown" in o["data"]: out.append("".join(o["data"]["text/markdown"]))
+        if text.strip(): out.append("```\n" + text.rstrip("\n") + "\n```")
+readme = "<!-- generated from nbs/index.ipynb by .ci/readme.py: edit the notebook, not this file -->\n\n" + "\n\n".join(out) + "\n"
+path = root / "README.md"
+if "--check" in sys.argv:
+    if not path.exists() or path.read_text(encoding="utf-8") != readme:
+        print("README.md is out of date with nbs/index.ipynb: run `python .ci/readme.py`", file=sys.stderr); sys.exit(1)
+else:
+    path.write_text(readme, encoding="utf-8")
