@@ -72,5 +72,6 @@ html_copy_source = False
 html_show_sourcelink = False
 html_theme_options = {'navigation_with_keys': True}
 mathjax_path = 'mathjax/tex-chtml.js'
-mathjax3_config = {'options': {'ignoreHtmlClass': 'tex2jax_ignore|mathjax_ignore|document',
+mathjax3_config = {'tex': {'packages': {'[-]': ['noundefined']}},     # an undefined macro is a TeX error (the test fails)
+                   'options': {'ignoreHtmlClass': 'tex2jax_ignore|mathjax_ignore|document',
                                'processHtmlClass': 'tex2jax_process|mathjax_process|math|output_area'}}

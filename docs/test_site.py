@@ -72,7 +72,7 @@ settle.then(() => {
   const raw = [];
   const walk = (n) => {
     if (n.nodeType === 1) {
-      if (skip.has(n.tagName) || n.classList.contains('highlight') || n.classList.contains('tex2jax_ignore')) return;
+      if (skip.has(n.tagName) || n.classList.contains('highlight')) return;
       for (const c of n.childNodes) walk(c);
     } else if (n.nodeType === 3) {
       const t = n.textContent;
@@ -206,7 +206,7 @@ def main():
         drv.get(base + f'{pick}.html'); drv.execute_async_script(PAGE_JS); drv.save_screenshot(str(ART/f'{pick}.png'))
         img = drv.find_elements('css selector', 'div.cell_output img')
         if img:
-            drv.execute_script('arguments[0].scrollIntoView({block: "center"})', img[0]); time.sleep(0.3)
+            drv.execute_script('arguments[0].scrollIntoView({block: "center", behavior: "instant"})', img[0]); time.sleep(0.3)
             drv.save_screenshot(str(ART/f'{pick}-plot.png'))
         # search
         for term in SEARCH_TERMS:
@@ -215,7 +215,7 @@ def main():
             if not s['n']: bad('search.html', f'search for {term!r} found nothing ({s["status"]!r})')
             else: log(f'search {term!r}: {s["n"]} results')
             checked += 1
-        shots = sorted(str(p.relative_to(ROOT)) for p in ART.glob('*.png'))
+        shots = sorted(os.path.relpath(p, ROOT) for p in ART.glob('*.png'))
     finally:
         drv.quit(); srv.shutdown()
     for code, path in Handler.errors: problems.append(f'server: HTTP {code} for {path}')
