@@ -91,8 +91,15 @@ settle.then(() => {
     images: document.images.length,
     bad_images: [...document.images].filter(i => !i.complete || i.naturalWidth === 0).map(i => i.src),
     links: [...document.querySelectorAll('a[href]')].map(a => a.href),
-    cjk: [...document.querySelectorAll('p, li, td')].filter(e => /[\u4e00-\u9fff]/.test(e.textContent))
-           .map(e => e.getBoundingClientRect().width > 0).length,
+    cjk: [...document.querySelectorAll('p, li, td')].filter(e => /[\u4e00-\u9fff]/.test(e.textContent)).length,
+    // a font with CJK glyphs is in use: two different characters draw different pixels (missing glyphs draw the
+    // same empty box)
+    cjk_glyphs: (() => {
+      const c = document.createElement('canvas'); c.width = c.height = 64; const g = c.getContext('2d');
+      const draw = ch => { g.clearRect(0, 0, 64, 64); g.font = '40px ' + getComputedStyle(document.body).fontFamily;
+                           g.fillText(ch, 4, 48); return g.getImageData(0, 0, 64, 64).data.join(','); };
+      return draw('\u4e2d') !== draw('\u6587');
+    })(),
     sidebar: [...document.querySelectorAll('.sidebar-tree a.reference')].map(a => a.getAttribute('href')),
   });
 });
@@ -154,6 +161,8 @@ def main():
             for s in r['untypeset']: bad(rel, f'math element not typeset: {s!r}')
             for s in r['tex_errors']: bad(rel, f'TeX error: {s!r}')
             for s in r['bad_images']: bad(rel, f'missing image: {s}')
+            if r['cjk'] and not r['cjk_glyphs']: bad(rel, 'Chinese text drawn without a CJK font (empty boxes)')
+            stats['cjk_pages'] = stats.get('cjk_pages', 0) + bool(r['cjk'])
             for e in drv.get_log('browser'):
                 if e['level'] == 'SEVERE': bad(rel, f"console error: {e['message'][:300]}")
             urls = {}
@@ -222,7 +231,7 @@ def main():
     problems = sorted(set(problems))
     log(f"{checked} pages loaded in {time.time()-t0:.1f}s; {stats['links']} internal links, {stats['external']} "
         f"external (not fetched), {stats['images']} images, {stats['math']} math elements, "
-        f"{stats.get('api_symbols', 0)} exported symbols on API pages")
+        f"{stats.get('api_symbols', 0)} exported symbols on API pages, {stats.get('cjk_pages', 0)} pages with Chinese text")
     log('screenshots:', *shots)
     for p in problems: print('FAIL', p)
     print(f'docs-test: {checked - len({p.split(":")[0] for p in problems})} passed, '
