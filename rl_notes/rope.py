@@ -97,7 +97,7 @@ def rope_inv_freq(dim:int,  # rotary dimension (the head dim); must be even
     att = sc.get("attention_factor")
     if att is None:
         m, m_all = sc.get("mscale"), sc.get("mscale_all_dim")
-        # $\sqrt{1/t} = 0.1 \ln s + 1$ (YaRN eq. 22), or DeepSeek's ratio of two such terms
+        # $\sqrt{1/t} = 0.1 \ln s + 1$ (YaRN's recommended temperature), or DeepSeek's ratio of two such terms
         att = mscale(s, m) / mscale(s, m_all) if (m and m_all) else mscale(s)
     att = _positive("attention_factor", att)
     inv = _yarn_inv_freq(dim, base, s, L0, sc.get("beta_fast") or 32, sc.get("beta_slow") or 1, sc.get("truncate", True), device)
