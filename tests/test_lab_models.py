@@ -78,10 +78,11 @@ def test_load_model_bad_path(tmp_path, saved, kind):
 def test_sft_cache_and_determinism(tmp_path):
     task = get_task("addition", min_digits=1, max_digits=2)
     kw = dict(model_cfg=dict(hidden_size=32, num_layers=1, heads=2), steps=3, batch_size=8, n_train=50, eval_n=8,
-              progress=False)
+              target_accuracy=1.0, eval_every=1, val_n=8, progress=False)
     p1 = sft_warm_start(task, cache_dir=tmp_path / "a", **kw)
     info = json.loads((p1 / "sft_config.json").read_text())
     assert len(info["loss"]) == 3 and "accuracy" in info["eval"]
+    assert [s for s, _ in info["val_accuracy"]] == [1, 2, 3] and info["stopped_at"] == 3   # target never reached
     mtime = (p1 / "model.safetensors").stat().st_mtime_ns
     assert sft_warm_start(task, cache_dir=tmp_path / "a", **kw) == p1             # cache hit: same dir
     assert (p1 / "model.safetensors").stat().st_mtime_ns == mtime                  # not rewritten
@@ -92,6 +93,7 @@ def test_sft_cache_and_determinism(tmp_path):
     assert p3 != p1
     assert not [q for q in (tmp_path / "a").iterdir() if q.name.startswith(".tmp")]
     with pytest.raises(ValueError, match="`steps`"): sft_warm_start(task, cache_dir=tmp_path, **{**kw, "steps": 0})
+    with pytest.raises(ValueError, match="`target_accuracy`"): sft_warm_start(task, cache_dir=tmp_path, **{**kw, "target_accuracy": 1.5})
 
 
 @given(st.integers(0, 10**6), st.integers(0, 10**6))
