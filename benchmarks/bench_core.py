@@ -10,6 +10,8 @@ Times are medians of --repeats runs in the same subprocess. Errors are max |x - 
 import argparse, json, os, platform, resource, subprocess, sys, time
 
 METHODS = ["rl_notes", "naive", "trl", "rl_notes_ent", "trl_ent"]
+# "floor": allocating and writing a gradient-sized buffer, the least any backward pass must add (reference row)
+FLOOR = "floor"
 
 def _rss():
     with open("/proc/self/statm") as f: return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -21,6 +23,7 @@ def _fn(method):
     from rl_notes.core import logprobs_from_logits, logprobs_and_entropy
     if method == "rl_notes": return lambda x, y: logprobs_from_logits(x, y)
     if method == "rl_notes_ent": return lambda x, y: logprobs_and_entropy(x, y)
+    if method == FLOOR: return lambda x, y: torch.zeros_like(x)
     if method == "naive": return lambda x, y: x.log_softmax(-1).gather(-1, y[..., None]).squeeze(-1)
     from trl.trainer.utils import selective_log_softmax, entropy_from_logits
     if method == "trl": return lambda x, y: selective_log_softmax(x, y)
@@ -37,21 +40,21 @@ def run_case(B, T, V, method, backward, repeats, threads):
     torch.set_num_threads(threads); torch.manual_seed(0)
     x = torch.randn(B, T, V); y = torch.randint(0, V, (B, T))
     f = _fn(method)
-    if backward: x.requires_grad_()
+    if backward and method != FLOOR: x.requires_grad_()
     base = _rss()
     out = f(x, y)
-    if backward: _scalar(out).backward()
+    if backward and method != FLOOR: _scalar(out).backward()
     extra = max(_peak() - base, 0)
     del out
     if backward: x.grad = None
     ts = []
     for _ in range(repeats):
         t0 = time.perf_counter(); out = f(x, y)
-        if backward: _scalar(out).backward(); x.grad = None
+        if backward and method != FLOOR: _scalar(out).backward(); x.grad = None
         ts.append(time.perf_counter() - t0); del out
     ts.sort()
     err_lp = err_ent = None
-    if not backward:  # accuracy against a float64 reference, row by row to bound memory
+    if not backward and method != FLOOR:  # accuracy against a float64 reference, row by row to bound memory
         with torch.no_grad():
             out = f(x, y)
             lp, ent = out if isinstance(out, tuple) else (out, None)
@@ -70,6 +73,7 @@ def main():
     ap.add_argument("--small", action="store_true", help="V=32000 and shorter sequences (smoke run)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: all cores)")
+    ap.add_argument("--only", help="comma-separated methods to run (default: all)")
     ap.add_argument("--case", help=argparse.SUPPRESS)
     a = ap.parse_args()
     threads = a.threads or os.cpu_count()
@@ -87,7 +91,13 @@ def main():
     for (B, T, V) in shapes:
         for bw in (0, 1):
             res = {}
-            for m in METHODS:
+            methods = METHODS + ([FLOOR] if bw else [])
+            if a.only: methods = [m for m in methods if m in a.only.split(",")]
+            for m in methods:
+                need = B * T * V * 4 * (10 if (bw and m == "trl_ent") else 5)
+                avail = next(int(l.split()[1]) * 1024 for l in open("/proc/meminfo") if l.startswith("MemAvailable"))
+                if need > 0.8 * avail:
+                    res[m] = None; print(f"# skipped {m} {'fwd+bwd' if bw else 'fwd'} at {(B, T, V)}: needs ~{need/2**30:.0f} GB", file=sys.stderr); continue
                 cmd = [sys.executable, __file__, "--case", f"{B},{T},{V},{m},{bw}", "--repeats", str(a.repeats), "--threads", str(threads)]
                 p = subprocess.run(cmd, capture_output=True, text=True)
                 if p.returncode: print(p.stderr[-2000:], file=sys.stderr); raise SystemExit(f"case {m} failed")
@@ -96,10 +106,12 @@ def main():
     hdr = "| shape (B,T,V) | pass | method | time s | vs TRL | extra mem (x logits) | max err logp | max err entropy |"
     print(hdr); print("|" + "---|" * 8)
     for (shape, bw, res) in rows:
-        for m in METHODS:
-            r = res[m]; base = res["trl_ent" if m.endswith("_ent") else "trl"]["time"]
+        for m in res:
+            r = res[m]; b = res.get("trl_ent" if m.endswith("_ent") else "trl")
+            if r is None: print(f"| {shape} | {'fwd+bwd' if bw else 'fwd'} | {m} | skipped (memory) | | | | |"); continue
             fmt = lambda v: "-" if v is None else f"{v:.1e}"
-            print(f"| {shape} | {'fwd+bwd' if bw else 'fwd'} | {m} | {r['time']:.3f} | {r['time']/base:.2f}x | {r['extra']:.3f} | {fmt(r['err_lp'])} | {fmt(r['err_ent'])} |")
+            ratio = f"{r['time'] / b['time']:.2f}x" if b else "-"
+            print(f"| {shape} | {'fwd+bwd' if bw else 'fwd'} | {m} | {r['time']:.3f} | {ratio} | {r['extra']:.3f} | {fmt(r['err_lp'])} | {fmt(r['err_ent'])} |")
 
 if __name__ == "__main__":
     main()
