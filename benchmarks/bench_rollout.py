@@ -29,8 +29,8 @@ def main():
     print(f"| max_new_tokens | method | median CPU s | response tokens/s | ratio vs HF generate + logp pass |")
     print(f"|---|---|---|---|---|")
     for T in (8, 40):
-        def ours():
-            ro = generate(model, tok, prompts, 8, T, temperature=1.0, seed=0)
+        def ours(cache="dynamic"):
+            ro = generate(model, tok, prompts, 8, T, temperature=1.0, seed=0, cache=cache)
             return int(ro.response_mask.sum())
         def hf(with_logp=True):
             enc = tok(prompts, padding=True, return_tensors="pt")
@@ -46,7 +46,8 @@ def main():
                     ro = Rollout(out, torch.cat([att, rmask], 1), rmask, torch.zeros(rmask.shape), ~is_eos.any(-1), [], ids.shape[1], 8)
                     response_logprobs(model, ro)
             return int(rmask.sum())
-        meths = {"rl_notes.generate (old_logp while sampling)": ours, "HF generate + logp forward": hf,
+        meths = {"rl_notes.generate, dynamic cache (default)": ours,
+                 "rl_notes.generate, static cache": lambda: ours("static"), "HF generate + logp forward": hf,
                  "HF generate only": lambda: hf(False)}
         times = {k: [] for k in meths}; toks = {}
         for f in meths.values(): f()                                    # warm-up
