@@ -1,5 +1,7 @@
 """Benchmark `rl_notes.ppo.gae` (compaction + blocked scan) against `gae_reference` (the per-timestep loop that TRL,
 verl and OpenRLHF use). float32, one CPU thread by default; ratios are medians of repeats measured in the same run.
+On CPU the clock is the process's CPU time (`time.process_time`), so other jobs on a shared machine do not inflate
+either side; on CUDA it is wall time with synchronisation.
 Error = max |fast(float32) - reference(float64)| over unmasked positions; the loop's own float32 error is shown too.
 
 Inputs: values ~ U(0, 1), per-token rewards ~ N(0, 0.01^2) (a KL-penalty-like term) plus a terminal reward in {0, 1}
@@ -24,12 +26,14 @@ def make(B, T, p_inside=0.0, right_pad=False, seed=0, device="cpu"):
     return r.to(device), v.to(device), m.to(device)
 
 def timeit(f, repeats, device):
+    "Median time of `repeats` calls: CPU time of this process on CPU (robust on a shared machine), wall time on CUDA."
+    clock = time.perf_counter if device == "cuda" else time.process_time
     ts = []
     for _ in range(repeats):
         if device == "cuda": torch.cuda.synchronize()
-        t0 = time.perf_counter(); f()
+        t0 = clock(); f()
         if device == "cuda": torch.cuda.synchronize()
-        ts.append(time.perf_counter() - t0)
+        ts.append(clock() - t0)
     return sorted(ts)[len(ts) // 2]
 
 def cpu_name():

@@ -5,7 +5,7 @@ import torch
 from hypothesis import given, settings, strategies as st, HealthCheck
 from rl_notes.ppo import gae, gae_reference, ppo_policy_loss, value_loss, explained_variance
 
-SET = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SET = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 @st.composite
 def gae_case(draw):
@@ -78,11 +78,12 @@ def test_gae_limits(case):
             assert math.isclose(float(a0[b, t]), float(r[b, t]) + gamma * vn - float(v[b, t]), abs_tol=1e-10)
 
 def test_gae_float32_long_no_overflow():
+    "float32 at T = 32768: finite, and within 2e-6 of float64 even at gamma*lam = 1 (where summing deltas would drift)."
     torch.manual_seed(0)
-    B, T = 2, 20000
-    r = torch.zeros(B, T); r[:, -1] = 1.0; v = torch.rand(B, T); m = torch.ones(B, T, dtype=torch.bool)
-    m[:, T // 3: T // 3 + 500] = False
-    for gl in (0.9, 0.99, 1.0):
+    B, T = 2, 32768
+    r = 0.01 * torch.randn(B, T); r[:, -1] += 1.0; v = torch.rand(B, T); m = torch.ones(B, T, dtype=torch.bool)
+    m[1, T // 3: T // 3 + 500] = False
+    for gl in (0.99, 1.0):
         a, ret = gae(r, v, m, 1.0, gl)
         a64, _ = gae_reference(r.double(), v.double(), m, 1.0, gl)
         assert torch.isfinite(a).all() and torch.isfinite(ret).all()
