@@ -61,18 +61,21 @@ def main():
     p.add_argument("--n-prompts", type=int, default=16); p.add_argument("--G", type=int, default=8)
     p.add_argument("--max-new-tokens", type=int, default=6); p.add_argument("--threads", type=int, default=2)
     p.add_argument("--sft-steps", type=int, default=300, help="SFT steps of the shared starting model (cached)")
+    p.add_argument("--stat", default="median", choices=("median", "min"), help="median, or min (best case; robust on a busy machine)")
+    p.add_argument("--model", default=None, help="use this checkpoint instead of the cached SFT model")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     from rl_notes.models import sft_warm_start
     from rl_notes.tasks import get_task
     task_kw = dict(max_digits=2, scratchpad=False)
     task = get_task("addition", **task_kw)
-    model_dir = str(sft_warm_start(task, steps=a.sft_steps, n_train=8000, eval_n=0, progress=False, cache_dir="runs/cache"))
+    model_dir = a.model or str(sft_warm_start(task, steps=a.sft_steps, n_train=8000, eval_n=0, progress=False, cache_dir="runs/cache"))
     with tempfile.TemporaryDirectory() as tmp:
         res = {"rl_notes": ours(model_dir, task_kw, a, tmp), "TRL GRPOTrainer": trl(model_dir, task, a, tmp)}
-    med = {k: {m: statistics.median(v[m]) for m in ("step", "gen", "rest", "tokps")} for k, v in res.items()}
+    stat = min if a.stat == "min" else statistics.median
+    med = {k: {m: (max if m == "tokps" and a.stat == "min" else stat)(v[m]) for m in ("step", "gen", "rest", "tokps")} for k, v in res.items()}
     print(f"CPU: {cpu_name()}; torch {torch.__version__}; threads {a.threads}; {a.n_prompts} prompts x G={a.G}, "
-          f"max_new_tokens={a.max_new_tokens}; medians of {a.steps} steps after {a.warmup} warm-up")
+          f"max_new_tokens={a.max_new_tokens}; {a.stat} of {a.steps} steps after {a.warmup} warm-up")
     print("| implementation | step (ms) | generation (ms) | rest of step (ms) | rollout tokens/s |")
     print("|---|---|---|---|---|")
     for k, m in med.items():
