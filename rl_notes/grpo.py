@@ -130,7 +130,7 @@ def lab_job(path:str,  # a job.json written by `lab_runs`: {"cfg": TrainConfig d
                                                               "threads": job["cfg"]["threads"]}))
 
 # %% ../nbs/03_grpo.ipynb #da49dd81
-def lab_runs(cfgs:list,  # `rl_notes.trainer.TrainConfig`s; their out_dir is set to root/<config hash>
+def lab_runs(cfgs:list,  # configs (`rl_notes.trainer.TrainConfig`); their out_dir is set to root/<config hash>
              root:str|None=None,  # cache directory; default <repo>/runs/lab
              workers:int=3,  # runs at once, each in its own process
              setup:dict|None=None,  # extra per-run setup understood by the runner: {"critic_init": path of a reward model}
