@@ -37,8 +37,9 @@ test-slow: venv
 export: venv
 	$(BIN)/nbdev_clean && $(BIN)/nbdev_export && $(PY) .ci/readme.py
 
+# Benchmarks print ratios against a baseline measured in the same run (bench_core needs ~12 GB of RAM).
 bench: venv
-	$(PY) -m rl_notes.bench all
+	set -e; for f in benchmarks/bench_*.py; do echo "== $$f"; $(PY) $$f; done
 
 demo: venv
 	$(BIN)/rl_notes demo --out runs/demo
