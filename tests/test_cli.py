@@ -42,7 +42,7 @@ def test_quick_demo_sft_train_eval_plot(tmp_path):
     for f in ("grpo/metrics.jsonl", "dapo/metrics.jsonl", "curves.png", "summary.md"): assert (tmp_path / "demo" / f).is_file(), f
     assert "| grpo |" in (tmp_path / "demo" / "summary.md").read_text()
     # sft is cached: the same command prints the demo's checkpoint directory again at once
-    r = run("sft", "--task-arg", "max_digits=2", "--task-arg", "scratchpad=false", "--steps", "30", "--n-train", "8000", "--cache-dir", tmp_path / "cache")
+    r = run("sft", "--task-arg", "max_digits=4", "--task-arg", "scratchpad=true", "--steps", "30", "--n-train", "20000", "--cache-dir", tmp_path / "cache")
     assert r.returncode == 0, r.stderr[-2000:]
     model = r.stdout.strip().splitlines()[-1]
     assert Path(model).is_dir()
