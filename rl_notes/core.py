@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 # %% auto #0
-__all__ = ['AGG_MODES', 'KL_KINDS', 'masked_sum', 'masked_mean', 'masked_var', 'masked_whiten', 'agg_loss',
+__all__ = ['AGG_MODES', 'KL_KINDS', 'check_shapes', 'masked_sum', 'masked_mean', 'masked_var', 'masked_whiten', 'agg_loss',
            'logprobs_from_logits', 'logprobs_and_entropy', 'kl_penalty']
 
 # %% ../nbs/00_core.ipynb #355fc4e7
@@ -19,6 +19,15 @@ def _check_mask(x:torch.Tensor, mask:torch.Tensor, xname:str='x'):
     if mask.shape != x.shape:
         raise ValueError(f"`mask` must have the shape of `{xname}` {tuple(x.shape)}, got {tuple(mask.shape)}")
     return mask if mask.dtype == torch.bool else mask != 0
+
+def check_shapes(ref:torch.Tensor,  # the tensor the others must match
+                 ref_name:str,  # its argument name, for the message
+                 **others,  # name=tensor pairs to check (None entries are skipped)
+                ):
+    "Raise a ValueError naming the first of `others` whose shape differs from `ref`'s."
+    for name, x in others.items():
+        if x is not None and x.shape != ref.shape:
+            raise ValueError(f"`{name}` must have the shape of `{ref_name}` {tuple(ref.shape)}, got {tuple(x.shape)}")
 
 def masked_sum(x:torch.Tensor,  # values, any shape
                mask:torch.Tensor,  # same shape as `x`; 0/False entries are ignored

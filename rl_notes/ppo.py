@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from .core import masked_mean, masked_var, agg_loss, AGG_MODES
+from .core import masked_mean, masked_var, agg_loss, AGG_MODES, check_shapes
 
 # %% auto #0
 __all__ = ['gae_reference', 'gae', 'ppo_policy_loss', 'explained_variance', 'value_loss', 'ValueModel', 'value_model_from_policy',
@@ -22,10 +22,7 @@ def _gae_inputs(rewards, values, mask, gamma, lam):
     for name, x in (("rewards", rewards), ("values", values), ("mask", mask)):
         if not isinstance(x, torch.Tensor): raise ValueError(f"`{name}` must be a torch.Tensor, got {type(x).__name__}")
     if rewards.dim() != 2: raise ValueError(f"`rewards` must be (B, T), got shape {tuple(rewards.shape)}")
-    if values.shape != rewards.shape:
-        raise ValueError(f"`values` must have the shape of `rewards` {tuple(rewards.shape)}, got {tuple(values.shape)}")
-    if mask.shape != rewards.shape:
-        raise ValueError(f"`mask` must have the shape of `rewards` {tuple(rewards.shape)}, got {tuple(mask.shape)}")
+    check_shapes(rewards, "rewards", values=values, mask=mask)
     if not (isinstance(gamma, (int, float)) and 0.0 <= gamma <= 1.0): raise ValueError(f"`gamma` must be a float in [0, 1], got {gamma!r}")
     dt = rewards.dtype if rewards.dtype in (torch.float32, torch.float64) else torch.float32
     if isinstance(lam, torch.Tensor) and lam.dim() > 0:
@@ -162,10 +159,7 @@ def ppo_policy_loss(logp:torch.Tensor,  # log pi_theta of the taken actions/toke
                    ) -> tuple[torch.Tensor, dict]:
     "PPO's clipped surrogate loss (to minimise) with decoupled clip bounds and optional dual clip; returns (loss, metrics)."
     if logp.dim() != 2: raise ValueError(f"`logp` must be (B, T), got shape {tuple(logp.shape)}")
-    if old_logp.shape != logp.shape:
-        raise ValueError(f"`old_logp` must have the shape of `logp` {tuple(logp.shape)}, got {tuple(old_logp.shape)}")
-    if mask.shape != logp.shape:
-        raise ValueError(f"`mask` must have the shape of `logp` {tuple(logp.shape)}, got {tuple(mask.shape)}")
+    check_shapes(logp, "logp", old_logp=old_logp, mask=mask)
     if adv.shape == logp.shape[:1]: adv = adv[:, None].expand_as(logp)   # (B,) -> (B, T)
     if adv.shape != logp.shape:
         raise ValueError(f"`adv` must be (B, T) = {tuple(logp.shape)} or (B,), got {tuple(adv.shape)}")
@@ -227,10 +221,7 @@ def value_loss(values:torch.Tensor,  # V_phi(s_t) of the critic being trained (B
               ) -> tuple[torch.Tensor, dict]:
     "Critic loss: squared error to the returns, optionally PPO-clipped around the old values; returns (loss, metrics)."
     if values.dim() != 2: raise ValueError(f"`values` must be (B, T), got shape {tuple(values.shape)}")
-    if returns.shape != values.shape:
-        raise ValueError(f"`returns` must have the shape of `values` {tuple(values.shape)}, got {tuple(returns.shape)}")
-    if mask.shape != values.shape:
-        raise ValueError(f"`mask` must have the shape of `values` {tuple(values.shape)}, got {tuple(mask.shape)}")
+    check_shapes(values, "values", returns=returns, mask=mask)
     if clip is not None:
         if not clip > 0: raise ValueError(f"`clip` must be > 0 (or None), got {clip}")
         if old_values is None or old_values.shape != values.shape:
