@@ -170,6 +170,8 @@ def _parser() -> argparse.ArgumentParser:
                            ("eval_every", int, "held-out evaluation every N steps"), ("save_every", int, "checkpoint every N steps (0: at the end)"),
                            ("warmup_steps", int, "linear learning-rate warm-up steps"), ("seed", int, "seed"), ("threads", int, "torch threads")):
         q.add_argument("--" + name.replace("_", "-"), type=typ, default=getattr(d, name), help=f"{hlp} (default {getattr(d, name)})")
+    q.add_argument("--critic-init", default=None, metavar="PATH", help="start the critic from this reward-model checkpoint (sequence classification, "
+                   "one label; algorithms with a critic only; default: the policy's trunk with a fresh head)")
     q.add_argument("--resume", action="store_true", help="continue from OUT/ckpt")
     q.add_argument("--no-shard", action="store_true", help="every process samples the whole batch (bit-exact with 1 process)")
     q.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -215,7 +217,7 @@ def _run(a) -> int:
     names = ("steps", "n_prompts", "group_size", "max_new_tokens", "lr", "critic_lr", "temperature", "ppo_epochs", "n_minibatches",
              "n_eval", "n_train", "eval_every", "save_every", "warmup_steps", "seed", "threads")
     cfg = TrainConfig(model=a.model, algo=algo, task=a.task, task_kw=_task_kw(a.task_arg),
-                      out_dir=a.out, resume=a.resume, shard_rollouts=not a.no_shard, progress=not a.quiet,
+                      out_dir=a.out, resume=a.resume, shard_rollouts=not a.no_shard, progress=not a.quiet, critic_init=a.critic_init,
                       **{k: getattr(a, k) for k in names})
     rows = train(cfg)
     last = [r for r in rows if r.get("heldout_acc") is not None]

@@ -111,20 +111,14 @@ def grpo_loss(logp:torch.Tensor,  # (B, T) log pi_theta of the sampled tokens (r
     return pg + beta * kl_term, metrics
 
 # %% ../nbs/03_grpo.ipynb #e1ba4405
-def lab_job(path:str,  # a job.json written by `lab_runs`: {"cfg": TrainConfig dict, "setup": {...}}
+def lab_job(path:str,  # a job.json written by `lab_runs`: {"cfg": TrainConfig dict}
            ):
     "Run one lab job in this process (what each `lab_runs` subprocess executes); writes done.json with the wall time."
     import json, time
     from pathlib import Path
     from rl_notes.trainer import TrainConfig, train
     job = json.loads(Path(path).read_text())
-    setup, t0 = job.get("setup") or {}, time.time()
-    if setup.get("critic_init"):
-        # the trainer builds its critic with rl_notes.ppo.value_model_from_policy; start it from a reward model instead
-        import rl_notes.ppo as ppo
-        from transformers import LlamaForSequenceClassification
-        rm = LlamaForSequenceClassification.from_pretrained(setup["critic_init"])
-        ppo.value_model_from_policy = lambda lm, init_std=None: ppo.value_model_from_reward_model(rm)
+    t0 = time.time()
     rows = train(TrainConfig.from_dict(job["cfg"]))
     (Path(path).parent / "done.json").write_text(json.dumps({"wall_s": round(time.time() - t0, 1), "steps": rows[-1]["step"],
                                                               "threads": job["cfg"]["threads"]}))
@@ -133,7 +127,6 @@ def lab_job(path:str,  # a job.json written by `lab_runs`: {"cfg": TrainConfig d
 def lab_runs(cfgs:list,  # configs (`rl_notes.trainer.TrainConfig`); their out_dir is set to root/<config hash>
              root:str|None=None,  # cache directory; default <repo>/runs/lab
              workers:int=3,  # runs at once, each in its own process
-             setup:dict|None=None,  # extra per-run setup understood by the runner: {"critic_init": path of a reward model}
              force:bool=False,  # re-run even if a finished run exists
             ) -> list[list[dict]]:  # the metric rows of each run, in the order of `cfgs`
     "Run RL lab configs in parallel subprocesses, cached on disk by config hash; returns each run's metric rows."
@@ -142,19 +135,19 @@ def lab_runs(cfgs:list,  # configs (`rl_notes.trainer.TrainConfig`); their out_d
     import rl_notes
     from rl_notes.trainer import RUN_CONTROL
     root = Path(root) if root else Path(rl_notes.__file__).resolve().parent.parent / "runs" / "lab"
-    setup = setup or {}
-    if set(setup) - {"critic_init"}: raise ValueError(f"`setup` knows only 'critic_init', got {sorted(setup)}")
     jobs = []
     for cfg in cfgs:
         d = cfg.to_dict()
-        ident = {k: v for k, v in d.items() if k not in RUN_CONTROL}
-        key = hashlib.sha256(json.dumps([ident, setup], sort_keys=True, default=str).encode()).hexdigest()[:16]
+        # the key of a run: every field that changes what is computed; `critic_init` only when set, and the trailing {}
+        # keeps the key format of the runs cached before that field existed
+        ident = {k: v for k, v in d.items() if k not in RUN_CONTROL and not (k == "critic_init" and v is None)}
+        key = hashlib.sha256(json.dumps([ident, {}], sort_keys=True, default=str).encode()).hexdigest()[:16]
         out = root / key
         jobs.append(out); cfg.out_dir = str(out)
         if (out / "done.json").is_file() and not force: continue
         out.mkdir(parents=True, exist_ok=True)
         d.update(out_dir=str(out), progress=False, threads=1, resume=False)
-        (out / "job.json").write_text(json.dumps({"cfg": d, "setup": setup}, indent=1))
+        (out / "job.json").write_text(json.dumps({"cfg": d}, indent=1))
     todo = [o for o in jobs if force or not (o / "done.json").is_file()]
     todo = list(dict.fromkeys(todo))
     def busy(o):  # another process is training this run right now: its metrics were written in the last minute

@@ -16,7 +16,7 @@ from .core import AGG_MODES, KL_KINDS, agg_loss, masked_mean, masked_sum, masked
 __all__ = ['ADV_ESTIMATORS', 'PRESETS', 'RUN_CONTROL', 'CKPT_VERSION', 'Algo', 'get_algo', 'TrainConfig', 'score',
            'terminal_rewards', 'advantages', 'Meter', 'CheckpointError', 'rng_state', 'set_rng_state',
            'optim_to_safetensors', 'optim_from_safetensors', 'save_checkpoint', 'read_state', 'load_checkpoint',
-           'heldout_eval', 'seed_everything', 'train']
+           'heldout_eval', 'seed_everything', 'load_reward_model', 'train']
 
 # %% ../nbs/13_trainer.ipynb #2efb1170
 ADV_ESTIMATORS = ("gae", "group", "group-mean-only")
@@ -104,6 +104,7 @@ class TrainConfig:
     temperature: float = 1.0  # sampling temperature (also used in the training log-probs)
     lr: float = 5e-4  # policy AdamW learning rate
     critic_lr: float = 1e-3  # critic AdamW learning rate
+    critic_init: str|None = None  # critic start: None = policy trunk + fresh head; a path = a reward-model checkpoint (sequence classification, one label) whose trunk and score head start the critic (VAPO's setting)
     weight_decay: float = 0.0  # AdamW weight decay
     max_grad_norm: float = 1.0  # gradient clipping
     warmup_steps: int = 0  # linear learning-rate warm-up over this many RL steps (Adam's first updates are sign-like: size lr for every weight)
@@ -128,6 +129,8 @@ class TrainConfig:
             if not (isinstance(getattr(self, k), int) and getattr(self, k) >= (0 if k in ("steps", "n_eval") else 1)):
                 raise ValueError(f"TrainConfig.{k} must be a positive integer, got {getattr(self, k)!r}")
         if not self.temperature > 0: raise ValueError(f"TrainConfig.temperature must be > 0, got {self.temperature}")
+        if self.critic_init is not None and not self.algo.uses_critic:
+            raise ValueError(f"TrainConfig.critic_init is set ({self.critic_init!r}) but algo {self.algo.name!r} has no critic (adv={self.algo.adv!r})")
         if self.n_prompts % self.n_minibatches: raise ValueError(f"TrainConfig.n_prompts ({self.n_prompts}) must be divisible by n_minibatches ({self.n_minibatches})")
 
     def to_dict(self): return asdict(self)
@@ -339,6 +342,24 @@ def _read_rows(f) -> list[dict]:
     if not os.path.isfile(f): return []
     with open(f) as fh: return [json.loads(l) for l in fh if l.strip()]
 
+def load_reward_model(path:str,  # directory of a sequence-classification checkpoint with one label (a reward model)
+                      policy=None,  # if given, the reward model must share its vocabulary size
+                     ):
+    "Load a reward model from a local checkpoint (for `TrainConfig.critic_init`), with errors that say what is wrong."
+    from transformers import AutoModelForSequenceClassification
+    if not os.path.isdir(path): raise FileNotFoundError(f"TrainConfig.critic_init {path!r} is not a directory")
+    if not os.path.isfile(os.path.join(path, "config.json")): raise ValueError(f"TrainConfig.critic_init {path!r} has no config.json (not a Hugging Face checkpoint)")
+    from transformers.utils import logging as hf_logging
+    bars = hf_logging.is_progress_bar_enabled(); hf_logging.disable_progress_bar()
+    try: rm = AutoModelForSequenceClassification.from_pretrained(path)
+    except (OSError, ValueError, RuntimeError) as e: raise ValueError(f"TrainConfig.critic_init {path!r}: cannot load a reward model: {e}") from None
+    finally:
+        if bars: hf_logging.enable_progress_bar()
+    if rm.config.num_labels != 1: raise ValueError(f"TrainConfig.critic_init {path!r} has num_labels={rm.config.num_labels}; a reward model has 1")
+    if policy is not None and rm.config.vocab_size != policy.config.vocab_size:
+        raise ValueError(f"TrainConfig.critic_init {path!r} has vocab_size {rm.config.vocab_size}, the policy {policy.config.vocab_size}: not the same tokenizer")
+    return rm
+
 class _Run:
     "State of one training run (see `train`)."
     def __init__(self, cfg:TrainConfig, accelerator=None):
@@ -370,8 +391,10 @@ class _Run:
             self.ref = copy.deepcopy(policy).eval().requires_grad_(False)
         critic = None
         if self.algo.uses_critic:
-            from rl_notes.ppo import value_model_from_policy
-            critic = value_model_from_policy(policy).to(acc.device)
+            from rl_notes.ppo import value_model_from_policy, value_model_from_reward_model
+            if cfg.critic_init is None: critic = value_model_from_policy(policy)
+            else: critic = value_model_from_reward_model(load_reward_model(cfg.critic_init, policy))
+            critic = critic.to(acc.device)
         opt = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.policy, self.opt = acc.prepare(policy, opt)
         self.critic = self.copt = None

@@ -5,13 +5,14 @@
 # %% ../nbs/05_vapo.ipynb #af2c7b3a
 from __future__ import annotations
 from collections.abc import Callable
-import math
+import copy, math
 import torch
-from .core import agg_loss
+from .core import agg_loss, masked_sum, check_shapes
 from .ppo import gae, value_loss
 
 # %% auto #0
-__all__ = ['length_adaptive_lambda', 'decoupled_gae', 'value_pretrain', 'positive_lm_loss']
+__all__ = ['length_adaptive_lambda', 'decoupled_gae', 'value_pretrain', 'positive_lm_loss', 'position_bias',
+           'critic_to_reward_model']
 
 # %% ../nbs/05_vapo.ipynb #9c5e5882
 def length_adaptive_lambda(lengths:torch.Tensor,  # (B,) response lengths l (>= 1)
@@ -101,3 +102,45 @@ def positive_lm_loss(logp:torch.Tensor,  # (B, T) log pi_theta of the sampled to
     # $\mathcal L_{\text{NLL}} = -\frac{1}{\sum_{o \in \mathcal T}|o|}\sum_{o \in \mathcal T}\sum_t \log\pi_\theta(a_t|s_t)$
     nll = agg_loss(-logp, pm, "token-mean")
     return mu * nll, dict(nll=nll.detach(), n_positive=(positive != 0).sum())
+
+# %% ../nbs/05_vapo.ipynb #d7875f29
+def position_bias(adv:torch.Tensor,  # (B, T) advantages, e.g. GAE with the critic under test on a fixed policy's samples
+                  mask:torch.Tensor,  # (B, T) response mask
+                  min_count:int=1,  # leave out positions reached by fewer responses
+                 ) -> dict:  # pos, mean, count (kept positions), corr, drift, abs_mean
+    "VAPO's fig. 2 diagnostic: mean advantage per response position, its correlation with position and its fitted drift."
+    check_shapes(adv, "adv", mask=mask)
+    if adv.dim() != 2: raise ValueError(f"`adv` must be (B, T), got {tuple(adv.shape)}")
+    if not (isinstance(min_count, int) and min_count >= 1): raise ValueError(f"`min_count` must be an int >= 1, got {min_count!r}")
+    m = mask != 0
+    count = m.sum(0)                                               # (T,) responses reaching each position
+    keep = count >= min_count
+    if int(keep.sum()) < 2:
+        raise ValueError(f"fewer than 2 positions are reached by >= min_count={min_count} responses (max {int(count.max())}): no trend to measure")
+    pos = torch.arange(adv.shape[1], device=adv.device)[keep].double()
+    # $\bar A_t = \frac{1}{n_t}\sum_{i:\,t < |o_i|} \hat A_{i,t}$
+    mean = (masked_sum(adv.double(), m, dim=0)[keep] / count[keep])
+    dp, dm = pos - pos.mean(), mean - mean.mean()
+    # drift = least-squares slope of $\bar A_t$ on $t$, times the span of $t$
+    slope = (dp * dm).sum() / (dp * dp).sum()
+    denom = (dp.norm() * dm.norm()).item()
+    corr = (dp * dm).sum().item() / denom if denom > 0 else 0.0    # a flat profile has no trend: 0, not NaN
+    return dict(pos=pos.long(), mean=mean.float(), count=count[keep], corr=corr,
+                drift=(slope * (pos[-1] - pos[0])).item(), abs_mean=mean.abs().mean().item())
+
+# %% ../nbs/05_vapo.ipynb #0522d544
+def critic_to_reward_model(critic:torch.nn.Module,  # a `rl_notes.ppo.ValueModel` built from `rm` (`value_model_from_reward_model`)
+                           rm:torch.nn.Module,  # the reward model it came from (a sequence-classification model, one label)
+                          ) -> torch.nn.Module:  # a copy of `rm` with the critic's weights; `save_pretrained` it for `TrainConfig.critic_init`
+    "Write a critic's trunk and head into a copy of the reward model it was built from, so it can be saved and reloaded."
+    head = getattr(rm, "score", None)
+    if head is None or getattr(rm, "base_model", rm) is rm:
+        raise ValueError(f"`rm` must be a sequence-classification model with a trunk and a `score` head, got {type(rm).__name__}")
+    if not (hasattr(critic, "trunk") and hasattr(critic, "head")): raise ValueError(f"`critic` must be a ValueModel (trunk + head), got {type(critic).__name__}")
+    out = copy.deepcopy(rm)
+    try:
+        out.base_model.load_state_dict(critic.trunk.state_dict())
+        out.score.load_state_dict(critic.head.state_dict())
+    except RuntimeError as e:
+        raise ValueError(f"`critic` does not fit `rm` (was it built with value_model_from_reward_model(rm)?): {e}") from None
+    return out

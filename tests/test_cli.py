@@ -26,6 +26,7 @@ def test_help():
     (("train", "--model", ".", "--steps", "ten"), "argument --steps: invalid int value: 'ten'"),
     (("train", "--model", ".", "--set", "clip=0.3"), "unknown Algo field"),
     (("train", "--model", ".", "--task-arg", "digits=3"), "bad arguments for task 'addition'"),
+    (("train", "--model", ".", "--algo", "grpo", "--critic-init", "rm"), "TrainConfig.critic_init is set ('rm') but algo 'grpo' has no critic"),
     (("plot", "/no/such/run"), "no metrics.jsonl"),
     (("frobnicate",), "invalid choice: 'frobnicate'"),
 ])
