@@ -218,6 +218,8 @@ def value_loss(values:torch.Tensor,  # V_phi(s_t) of the critic being trained (B
                mask:torch.Tensor,  # (B, T)
                clip:float|None=None,  # eps_v: clip V - V_old to [-eps_v, eps_v] (None: the notes' plain MSE)
                agg:str="token-mean",  # aggregation mode, see `rl_notes.core.agg_loss`
+               max_tokens:int|None=None,  # L_max for "seq-mean-token-sum-norm"
+               global_tokens:float|None=None,  # token-mean divisor over all data-parallel ranks (see `agg_loss`)
               ) -> tuple[torch.Tensor, dict]:
     "Critic loss: squared error to the returns, optionally PPO-clipped around the old values; returns (loss, metrics)."
     if values.dim() != 2: raise ValueError(f"`values` must be (B, T), got shape {tuple(values.shape)}")
@@ -240,7 +242,7 @@ def value_loss(values:torch.Tensor,  # V_phi(s_t) of the critic being trained (B
         l2 = (v_clip - returns) ** 2
         clipped = l2 > l1
         loss_mat = torch.maximum(l1, l2)
-    loss = agg_loss(loss_mat, m, agg)
+    loss = agg_loss(loss_mat, m, agg, max_tokens=max_tokens, global_tokens=global_tokens)
     with torch.no_grad():
         metrics = dict(vf_clipfrac=masked_mean(clipped.to(values.dtype), m),
                        vf_mse=masked_mean(l1, m),

@@ -14,7 +14,7 @@ from .core import AGG_MODES, KL_KINDS, agg_loss, masked_mean, masked_sum, masked
 
 # %% auto #0
 __all__ = ['ADV_ESTIMATORS', 'PRESETS', 'RUN_CONTROL', 'CKPT_VERSION', 'Algo', 'get_algo', 'TrainConfig', 'score',
-           'terminal_rewards', 'advantages', 'Meter', 'CheckpointError', 'rng_state', 'set_rng_state',
+           'terminal_rewards', 'whiten_across', 'advantages', 'Meter', 'CheckpointError', 'rng_state', 'set_rng_state',
            'optim_to_safetensors', 'optim_from_safetensors', 'save_checkpoint', 'read_state', 'load_checkpoint',
            'heldout_eval', 'seed_everything', 'load_reward_model', 'train']
 
@@ -161,7 +161,27 @@ def terminal_rewards(r:torch.Tensor,  # (B,) outcome reward per response
     out[ok.nonzero().view(-1), last[ok]] = r[ok].float()
     return out
 
-def advantages(algo:Algo, r:torch.Tensor, mask:torch.Tensor, group_size:int, values:torch.Tensor|None=None):
+def whiten_across(x:torch.Tensor,  # this process's values, e.g. GAE advantages (B, T)
+                  mask:torch.Tensor,  # (B, T)
+                  accelerator=None,  # an `accelerate.Accelerator`; None or 1 process: `rl_notes.core.masked_whiten`
+                  eps:float=1e-8,  # added to the variance
+                 ) -> torch.Tensor:
+    "`masked_whiten` over the union of every process's rows (mean and variance all-reduced), so sharding does not change it."
+    if accelerator is None or accelerator.num_processes == 1: return masked_whiten(x, mask, eps=eps)
+    m = mask.bool(); dev = accelerator.device
+    red = lambda t: accelerator.reduce(t.detach().double().to(dev), "sum").to(x.device)
+    n = red(m.sum())
+    if n < 2: return x                                             # too few tokens to whiten, as `advantages` does on one process
+    xd = x.double()
+    mean = red(masked_sum(xd, m)) / n
+    # $\sigma^2 = \frac{1}{n-1}\sum_{\text{all processes}}(x-\mu)^2$, Bessel-corrected as `masked_var`
+    var = red(masked_sum((xd - mean) ** 2, m)) / (n - 1)
+    w = ((xd - mean) * torch.rsqrt(var + eps)).to(x.dtype)
+    return torch.where(m, w, torch.zeros_like(w))
+
+def advantages(algo:Algo, r:torch.Tensor, mask:torch.Tensor, group_size:int, values:torch.Tensor|None=None,
+               accelerator=None,  # whiten GAE advantages over all processes' rows (see `whiten_across`)
+              ):
     "Advantages for the policy ((B,) for group estimators, (B, T) for GAE) and value targets (B, T) or None."
     if algo.adv in ("group", "group-mean-only"):
         from rl_notes.grpo import group_advantages
@@ -171,7 +191,9 @@ def advantages(algo:Algo, r:torch.Tensor, mask:torch.Tensor, group_size:int, val
     # critic targets with the critic's lambda, actor advantages with the actor's (fixed, or VAPO's length-adaptive)
     adv, returns = decoupled_gae(tok_r, values, mask, lam_critic=algo.critic_lam, lam_actor=algo.actor_lam,
                                  alpha=algo.lam_alpha, gamma=algo.gamma)
-    if algo.whiten_adv and mask.sum() > 1: adv = masked_whiten(adv, mask)
+    if algo.whiten_adv:
+        multi = accelerator is not None and accelerator.num_processes > 1
+        if multi or mask.sum() > 1: adv = whiten_across(adv, mask, accelerator)
     return adv, returns
 
 # %% ../nbs/13_trainer.ipynb #fe337c1d
@@ -182,6 +204,12 @@ class Meter:
         v, w = float(v) if w else 0.0, float(w)
         self.s[k] = self.s.get(k, 0.0) + v * w; self.w[k] = self.w.get(k, 0.0) + w
     def max(self, k, v): self.mx[k] = max(self.mx.get(k, -math.inf), float(v))
+    def add_ev(self, k, values, returns, mask):
+        "Explained variance as four token-weighted moments, so that it reduces exactly across processes (a ratio does not)."
+        m = mask.bool(); w = float(m.sum())
+        if w == 0: return
+        d, y = (returns - values).detach().double()[m], returns.detach().double()[m]
+        for name, x in (("d", d), ("d2", d * d), ("y", y), ("y2", y * y)): self.add(f"_ev:{k}:{name}", x.mean(), w)
     def result(self, accelerator=None) -> dict:
         ks, mk = sorted(self.s), sorted(self.mx)
         t = torch.tensor([self.s[k] for k in ks] + [self.w[k] for k in ks], dtype=torch.float64)
@@ -193,6 +221,11 @@ class Meter:
         n = len(ks)
         out = {k: (t[i] / t[n + i]).item() if t[n + i] > 0 else None for i, k in enumerate(ks)}
         out.update({k: m[i].item() for i, k in enumerate(mk)})
+        for k in [k[4:-2] for k in ks if k.startswith("_ev:") and k.endswith(":y")]:
+            mo = {x: out.pop(f"_ev:{k}:{x}") for x in ("d", "d2", "y", "y2")}
+            # $\mathrm{EV} = 1 - \mathrm{Var}[y - \hat y] / \mathrm{Var}[y]$ from pooled moments
+            var_y = mo["y2"] - mo["y"] ** 2
+            out[k] = 1 - (mo["d2"] - mo["d"] ** 2) / var_y if var_y > 1e-12 else None
         return out
 
 # %% ../nbs/13_trainer.ipynb #c130034f
@@ -532,11 +565,12 @@ class _Run:
                 mt.add("kl_ref", pm.get("kl", 0.0), w if "kl" in pm else 0)
                 if self.critic is not None:
                     values = self.values(sub)
-                    vl, vm = value_loss(values, old_values[idx], returns[idx], m, clip=algo.value_clip)
-                    acc.backward(vl)
+                    # token mean over the global batch, like the policy loss: exact under data parallel
+                    vl, vm = value_loss(values, old_values[idx], returns[idx], m, clip=algo.value_clip, global_tokens=max(n_tok, 1.0))
+                    acc.backward(vl * W)
                     vgn = acc.clip_grad_norm_(self.critic.parameters(), cfg.max_grad_norm)
                     self.copt.step(); self.copt.zero_grad(set_to_none=True)
-                    mt.add("value_loss", vl.detach(), 1); mt.add("explained_var", vm["explained_variance"], w); mt.add("value_grad_norm", vgn, 1)
+                    mt.add("value_loss", vl.detach() * W, 1); mt.add_ev("explained_var", values, returns[idx], m); mt.add("value_grad_norm", vgn, 1)
         mt.add("time_update", time.time() - t0, 1)
 
     def prepare_batch(self, step, mt):
@@ -548,7 +582,9 @@ class _Run:
         returns = old_values = None
         if self.critic is not None:
             with torch.no_grad(): old_values = self.values(ro)
-            adv, returns = advantages(algo, r, mask, G, old_values)
+            # sharded rollouts: each process holds its own rows, so whitening reduces across processes; otherwise every
+            # process holds the global batch and whitens it locally
+            adv, returns = advantages(algo, r, mask, G, old_values, accelerator=self.acc if cfg.shard_rollouts else None)
         else:
             adv, _ = advantages(algo, r, mask, G)
         if not cfg.shard_rollouts and self.W > 1:   # everyone sampled the global batch: take this process's groups
@@ -570,11 +606,12 @@ class _Run:
         tok_r = terminal_rewards(r, mask)
         with torch.no_grad(): v0 = self.values(ro)
         _, returns = gae(tok_r, v0, mask, gamma=self.algo.gamma, lam=1.0)
-        vl, vm = value_loss(self.values(ro), v0, returns, mask, clip=self.algo.value_clip)
-        self.acc.backward(vl)
+        n_tok = self.acc.reduce(mask.sum().to(self.acc.device).float(), "sum").item() if self.W > 1 else float(mask.sum())
+        vl, vm = value_loss(self.values(ro), v0, returns, mask, clip=self.algo.value_clip, global_tokens=max(n_tok, 1.0))
+        self.acc.backward(vl * self.W)
         self.acc.clip_grad_norm_(self.critic.parameters(), self.cfg.max_grad_norm)
         self.copt.step(); self.copt.zero_grad(set_to_none=True)
-        mt.add("value_loss", vl.detach(), 1); mt.add("explained_var", vm["explained_variance"], float(mask.sum()))
+        mt.add("value_loss", vl.detach() * self.W, 1); mt.add_ev("explained_var", v0, returns, mask)
 
 def _group_keep(keep, n_groups:int, G:int) -> torch.Tensor:
     "Normalise a `filter_groups` result to a (n_groups,) bool tensor."
