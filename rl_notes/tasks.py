@@ -110,11 +110,21 @@ class Addition(Task):
                  min_digits:int=1,  # fewest digits of an operand
                  max_digits:int=4,  # most digits of an operand
                  scratchpad:bool=True,  # write column sums and carries before the answer
+                 scratchpad_share:float=1.0,  # share of prompts whose demonstration uses the scratchpad; the rest show the bare sum (response length is then the policy's choice)
                 ):
         if not (isinstance(min_digits, int) and isinstance(max_digits, int) and 1 <= min_digits <= max_digits <= 18):
             raise ValueError(f"need integers 1 <= `min_digits` <= `max_digits` <= 18, got min_digits={min_digits!r}, "
                              f"max_digits={max_digits!r}")
+        if not (isinstance(scratchpad_share, (int, float)) and 0 <= scratchpad_share <= 1):
+            raise ValueError(f"`scratchpad_share` must be a number in [0, 1], got {scratchpad_share!r}")
+        if scratchpad_share < 1 and not scratchpad: raise ValueError("`scratchpad_share` < 1 needs scratchpad=True (it mixes the two forms)")
         self.min_digits, self.max_digits, self.scratchpad = min_digits, max_digits, bool(scratchpad)
+        self.scratchpad_share = float(scratchpad_share)
+
+    def config(self) -> dict:
+        c = super().config()
+        if c["scratchpad_share"] == 1.0: del c["scratchpad_share"]   # the default: configs (and cache keys) stay as before the option
+        return c
 
     def _operand(self, rng):
         d = rng.randint(self.min_digits, self.max_digits)
@@ -128,6 +138,8 @@ class Addition(Task):
         "The SFT target: the column-by-column scratchpad (if enabled), then `:` and the sum."
         a, b = int(example["a"]), int(example["b"])
         if not self.scratchpad: return str(a + b)
+        # mixed demonstrations: a stable hash of the prompt picks the form (not Python's `hash`)
+        if self.scratchpad_share < 1 and not _in_test("scratchpad/" + example.get("prompt", f"{a}+{b}="), self.scratchpad_share): return str(a + b)
         da, db = str(a)[::-1], str(b)[::-1]
         steps, carry = [], 0
         for i in range(max(len(da), len(db))):
