@@ -219,7 +219,11 @@ def _run(a) -> int:
     cfg = TrainConfig(model=a.model, algo=algo, task=a.task, task_kw=_task_kw(a.task_arg),
                       out_dir=a.out, resume=a.resume, shard_rollouts=not a.no_shard, progress=not a.quiet, critic_init=a.critic_init,
                       **{k: getattr(a, k) for k in names})
-    rows = train(cfg)
+    from accelerate import Accelerator
+    acc = Accelerator()
+    rows = train(cfg, acc)
+    acc.wait_for_everyone()
+    acc.end_training()       # destroys the process group under data parallel: a gloo group left alive can abort the exit
     last = [r for r in rows if r.get("heldout_acc") is not None]
     if last: print(f"held-out accuracy {last[0]['heldout_acc']:.3f} -> {last[-1]['heldout_acc']:.3f}; metrics in {a.out}/metrics.jsonl")
     return 0

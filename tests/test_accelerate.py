@@ -49,7 +49,8 @@ def test_two_processes_match_one(tmp_path, algo):
     assert checked > 40
 
 WHITEN = '''
-import torch
+import sys, torch
+from pathlib import Path
 from accelerate import Accelerator
 from rl_notes.core import masked_whiten
 from rl_notes.trainer import whiten_across
@@ -61,7 +62,9 @@ whole, r = masked_whiten(x, m), acc.process_index
 mine = whiten_across(x[3 * r:3 * r + 3], m[3 * r:3 * r + 3], acc)           # each process whitens only its own rows
 assert torch.allclose(mine, whole[3 * r:3 * r + 3], atol=1e-6), (mine, whole)
 assert not torch.allclose(masked_whiten(x[3 * r:3 * r + 3], m[3 * r:3 * r + 3]), whole[3 * r:3 * r + 3], atol=1e-3)  # local stats differ
-print("ok", r)
+Path(sys.argv[1], f"ok{r}").write_text("ok")                              # one marker per process (stdout interleaves)
+acc.wait_for_everyone()
+acc.end_training()                     # destroy the gloo group before exit (left alive it can abort the interpreter)
 '''
 
 @pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun not installed")
@@ -69,7 +72,7 @@ def test_whiten_across_processes(tmp_path):
     "Sharded rollouts: GAE whitening over both processes' rows equals whitening the whole batch in one process."
     script = tmp_path / "whiten.py"; script.write_text(WHITEN)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
-    r = subprocess.run([str(TORCHRUN), "--nproc_per_node", "2", "--master_port", str(_free_port()), str(script)],
+    r = subprocess.run([str(TORCHRUN), "--nproc_per_node", "2", "--master_port", str(_free_port()), str(script), str(tmp_path)],
                        capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert "ok 0" in r.stdout and "ok 1" in r.stdout, r.stdout
+    assert (tmp_path / "ok0").is_file() and (tmp_path / "ok1").is_file(), (r.stdout, r.stderr[-2000:])
