@@ -207,9 +207,9 @@ class Meter:
     def add_ev(self, k, values, returns, mask):
         "Explained variance as four token-weighted moments, so that it reduces exactly across processes (a ratio does not)."
         m = mask.bool(); w = float(m.sum())
-        if w == 0: return
         d, y = (returns - values).detach().double()[m], returns.detach().double()[m]
-        for name, x in (("d", d), ("d2", d * d), ("y", y), ("y2", y * y)): self.add(f"_ev:{k}:{name}", x.mean(), w)
+        # the keys are added even with no tokens (weight 0): every process must reduce the same keys
+        for name, x in (("d", d), ("d2", d * d), ("y", y), ("y2", y * y)): self.add(f"_ev:{k}:{name}", x.mean() if w else 0.0, w)
     def result(self, accelerator=None) -> dict:
         ks, mk = sorted(self.s), sorted(self.mx)
         t = torch.tensor([self.s[k] for k in ks] + [self.w[k] for k in ks], dtype=torch.float64)
@@ -224,6 +224,7 @@ class Meter:
         for k in [k[4:-2] for k in ks if k.startswith("_ev:") and k.endswith(":y")]:
             mo = {x: out.pop(f"_ev:{k}:{x}") for x in ("d", "d2", "y", "y2")}
             # $\mathrm{EV} = 1 - \mathrm{Var}[y - \hat y] / \mathrm{Var}[y]$ from pooled moments
+            if None in mo.values(): out[k] = None; continue              # no tokens on any process
             var_y = mo["y2"] - mo["y"] ** 2
             out[k] = 1 - (mo["d2"] - mo["d"] ** 2) / var_y if var_y > 1e-12 else None
         return out
