@@ -8,8 +8,7 @@ import math, os, json, time, hashlib, shutil
 import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file, load_file, save_model, load_model as st_load_model
-from .core import masked_sum, logprobs_from_logits
-from .rollout import generate
+from .core import masked_sum, masked_mean, logprobs_from_logits
 from .trainer import CheckpointError, rng_state, set_rng_state, optim_to_safetensors, optim_from_safetensors
 
 # %% auto #0
@@ -206,6 +205,7 @@ def verifier_pairs(model,  # causal LM that samples the answers (usually the SFT
                    batch_size:int=128,  # prompts per `generate` call
                   ) -> dict:
     "Sample `k` answers per prompt; pair a correct one (chosen) with an incorrect one (rejected) by the task's verifier."
+    from rl_notes.rollout import generate                                      # here, not at import: it loads transformers
     if not (isinstance(k, int) and k >= 2): raise ValueError(f"`k` must be an int >= 2 (a pair needs two samples), got {k!r}")
     if not (isinstance(batch_size, int) and batch_size >= 1): raise ValueError(f"`batch_size` must be an int >= 1, got {batch_size!r}")
     rows = [examples[i] for i in range(len(examples))]
@@ -377,7 +377,7 @@ def train_dpo(policy,  # causal LM to train (in place)
         if nll_coef:
             # $\mathcal L_{\text{RPO}} = \mathcal L_{\text{DPO}} - \alpha\,\frac{\sum_i \log\pi_\theta(y_w^{(i)}|x^{(i)})}{\sum_i |y_w^{(i)}|}$
             cm = out["response_mask"][:len(idx)]                                       # (B, T-1) chosen answer tokens
-            nll = -(out["token_logps"][:len(idx)] * cm).sum() / cm.sum()
+            nll = masked_mean(-out["token_logps"][:len(idx)], cm)
             loss = loss + nll_coef * nll; row["nll"] = nll.item()
         opt.zero_grad(set_to_none=True)
         loss.backward()

@@ -4,7 +4,7 @@
 
 # %% ../nbs/13_trainer.ipynb #7bfa91ff
 from __future__ import annotations
-import os, io, json, math, time, copy, random, hashlib, shutil, dataclasses
+import os, io, json, math, time, copy, random, hashlib, shutil, dataclasses, contextlib
 from dataclasses import dataclass, field, asdict
 import numpy as np
 import torch
@@ -376,6 +376,15 @@ def _read_rows(f) -> list[dict]:
     if not os.path.isfile(f): return []
     with open(f) as fh: return [json.loads(l) for l in fh if l.strip()]
 
+@contextlib.contextmanager
+def _quiet_hf():
+    "Hide transformers' weight-loading progress bars inside the block, restoring the previous setting."
+    from transformers.utils import logging as hf_logging
+    bars = hf_logging.is_progress_bar_enabled(); hf_logging.disable_progress_bar()
+    try: yield
+    finally:
+        if bars: hf_logging.enable_progress_bar()
+
 def load_reward_model(path:str,  # directory of a sequence-classification checkpoint with one label (a reward model)
                       policy=None,  # if given, the reward model must share its vocabulary size
                      ):
@@ -383,12 +392,9 @@ def load_reward_model(path:str,  # directory of a sequence-classification checkp
     from transformers import AutoModelForSequenceClassification
     if not os.path.isdir(path): raise FileNotFoundError(f"TrainConfig.critic_init {path!r} is not a directory")
     if not os.path.isfile(os.path.join(path, "config.json")): raise ValueError(f"TrainConfig.critic_init {path!r} has no config.json (not a Hugging Face checkpoint)")
-    from transformers.utils import logging as hf_logging
-    bars = hf_logging.is_progress_bar_enabled(); hf_logging.disable_progress_bar()
-    try: rm = AutoModelForSequenceClassification.from_pretrained(path)
+    try:
+        with _quiet_hf(): rm = AutoModelForSequenceClassification.from_pretrained(path)
     except (OSError, ValueError, RuntimeError) as e: raise ValueError(f"TrainConfig.critic_init {path!r}: cannot load a reward model: {e}") from None
-    finally:
-        if bars: hf_logging.enable_progress_bar()
     if rm.config.num_labels != 1: raise ValueError(f"TrainConfig.critic_init {path!r} has num_labels={rm.config.num_labels}; a reward model has 1")
     if policy is not None and rm.config.vocab_size != policy.config.vocab_size:
         raise ValueError(f"TrainConfig.critic_init {path!r} has vocab_size {rm.config.vocab_size}, the policy {policy.config.vocab_size}: not the same tokenizer")
@@ -414,11 +420,7 @@ class _Run:
         self.task = get_task(cfg.task, **cfg.task_kw)
         tr, te = self.task.splits(cfg.n_train, max(cfg.n_eval, 1), seed=cfg.seed)
         self.train_rows, self.test_rows = tr.to_list(), te.to_list()[:cfg.n_eval]
-        from transformers.utils import logging as hf_logging
-        bars = hf_logging.is_progress_bar_enabled(); hf_logging.disable_progress_bar()
-        try: policy, self.tok = load_model(cfg.model)
-        finally:
-            if bars: hf_logging.enable_progress_bar()
+        with _quiet_hf(): policy, self.tok = load_model(cfg.model)
         policy.to(acc.device).train()
         self.ref = None
         if self.algo.kl_coef > 0:
