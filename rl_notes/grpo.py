@@ -9,7 +9,7 @@ from .core import agg_loss, kl_penalty, masked_mean, AGG_MODES, KL_KINDS
 from .ppo import ppo_policy_loss
 
 # %% auto #0
-__all__ = ['ADV_SCALES', 'group_advantages', 'process_advantages', 'grpo_loss', 'lab_job', 'lab_runs']
+__all__ = ['ADV_SCALES', 'group_advantages', 'process_advantages', 'grpo_loss']
 
 # %% ../nbs/03_grpo.ipynb #1c33647b
 ADV_SCALES = ("group", "batch", "none")
@@ -109,64 +109,3 @@ def grpo_loss(logp:torch.Tensor,  # (B, T) log pi_theta of the sampled tokens (r
     kl_term = agg_loss(kl_mat, mask, agg, max_tokens=max_tokens, global_tokens=global_tokens)
     metrics["kl"] = masked_mean(kl_mat.detach(), mask != 0)
     return pg + beta * kl_term, metrics
-
-# %% ../nbs/03_grpo.ipynb #e1ba4405
-def lab_job(path:str,  # a job.json written by `lab_runs`: {"cfg": TrainConfig dict}
-           ):
-    "Run one lab job in this process (what each `lab_runs` subprocess executes); writes done.json with the wall time."
-    import json, time
-    from pathlib import Path
-    from rl_notes.trainer import TrainConfig, train
-    job = json.loads(Path(path).read_text())
-    t0 = time.time()
-    rows = train(TrainConfig.from_dict(job["cfg"]))
-    (Path(path).parent / "done.json").write_text(json.dumps({"wall_s": round(time.time() - t0, 1), "steps": rows[-1]["step"],
-                                                              "threads": job["cfg"]["threads"]}))
-
-# %% ../nbs/03_grpo.ipynb #da49dd81
-def lab_runs(cfgs:list,  # configs (`rl_notes.trainer.TrainConfig`); their out_dir is set to root/<config hash>
-             root:str|None=None,  # cache directory; default <repo>/runs/lab
-             workers:int=3,  # runs at once, each in its own process
-             force:bool=False,  # re-run even if a finished run exists
-            ) -> list[list[dict]]:  # the metric rows of each run, in the order of `cfgs`
-    "Run RL lab configs in parallel subprocesses, cached on disk by config hash; returns each run's metric rows."
-    import json, hashlib, os, subprocess, sys, time, dataclasses
-    from pathlib import Path
-    import rl_notes
-    from rl_notes.trainer import RUN_CONTROL
-    root = Path(root) if root else Path(rl_notes.__file__).resolve().parent.parent / "runs" / "lab"
-    jobs = []
-    for cfg in cfgs:
-        d = cfg.to_dict()
-        # the key of a run: every field that changes what is computed; `critic_init` only when set, and the trailing {}
-        # keeps the key format of the runs cached before that field existed
-        ident = {k: v for k, v in d.items() if k not in RUN_CONTROL and not (k == "critic_init" and v is None)}
-        key = hashlib.sha256(json.dumps([ident, {}], sort_keys=True, default=str).encode()).hexdigest()[:16]
-        out = root / key
-        jobs.append(out); cfg.out_dir = str(out)
-        if (out / "done.json").is_file() and not force: continue
-        out.mkdir(parents=True, exist_ok=True)
-        d.update(out_dir=str(out), progress=False, threads=1, resume=False)
-        (out / "job.json").write_text(json.dumps({"cfg": d}, indent=1))
-    todo = [o for o in jobs if force or not (o / "done.json").is_file()]
-    todo = list(dict.fromkeys(todo))
-    def busy(o):  # another process is training this run right now: its metrics were written in the last minute
-        m = o / "metrics.jsonl"
-        return not force and m.is_file() and not (o / "done.json").is_file() and time.time() - m.stat().st_mtime < 60
-    running = []
-    while todo or running:
-        while todo and all(busy(o) for o in todo) and not running: time.sleep(5)   # wait for runs another process owns
-        todo = [o for o in todo if not (o / "done.json").is_file()]
-        while todo and len(running) < workers:
-            o = next((o for o in todo if not busy(o)), None)
-            if o is None: break
-            todo.remove(o)
-            log = open(o / "log.txt", "w")
-            running.append((o, subprocess.Popen([sys.executable, "-c", "import sys; from rl_notes.grpo import lab_job; lab_job(sys.argv[1])", str(o / "job.json")], stdout=log, stderr=subprocess.STDOUT), log))
-        time.sleep(1)
-        for item in list(running):
-            o, p, log = item
-            if p.poll() is None: continue
-            running.remove(item); log.close()
-            if p.returncode: raise RuntimeError(f"lab run {o} failed (exit {p.returncode}); see {o / 'log.txt'}")
-    return [[json.loads(l) for l in (o / "metrics.jsonl").read_text().splitlines() if l.strip()] for o in jobs]

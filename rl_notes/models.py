@@ -4,7 +4,7 @@
 
 # %% ../nbs/11_models.ipynb #443f2909
 from __future__ import annotations
-import hashlib, json, os, shutil, tempfile, time, math
+import contextlib, hashlib, json, os, shutil, tempfile, time, math
 from pathlib import Path
 import torch
 from tokenizers import Tokenizer, Regex, decoders, models as tk_models, pre_tokenizers, processors
@@ -13,8 +13,8 @@ from tqdm.auto import tqdm
 from .tasks import CHARS, Task, get_task
 
 # %% auto #0
-__all__ = ['SPECIAL_TOKENS', 'SFT_VERSION', 'DEFAULT_CACHE', 'build_tokenizer', 'tiny_llama', 'load_model', 'sft_config',
-           'sft_warm_start']
+__all__ = ['SPECIAL_TOKENS', 'SFT_VERSION', 'DEFAULT_CACHE', 'build_tokenizer', 'tiny_llama', 'load_model', 'load_reward_model',
+           'sft_config', 'sft_warm_start']
 
 # %% ../nbs/11_models.ipynb #b376018a
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<unk>")  # ids 0, 1, 2, 3
@@ -82,6 +82,32 @@ def load_model(path:str|Path,  # a directory written by save_pretrained (model a
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None: tokenizer.pad_token = tokenizer.eos_token
     return model.eval(), tokenizer
+
+# %% ../nbs/11_models.ipynb #04a0b8f6
+@contextlib.contextmanager
+def _quiet_hf():
+    "Hide transformers' weight-loading progress bars inside the block, restoring the previous setting."
+    from transformers.utils import logging as hf_logging
+    bars = hf_logging.is_progress_bar_enabled(); hf_logging.disable_progress_bar()
+    try: yield
+    finally:
+        if bars: hf_logging.enable_progress_bar()
+
+def load_reward_model(path:str,  # directory of a sequence-classification checkpoint with one label (a reward model)
+                      policy=None,  # if given, the reward model must share its vocabulary size
+                     ):
+    "Load a reward model from a local checkpoint (for `TrainConfig.critic_init`), with errors that say what is wrong."
+    from transformers import AutoModelForSequenceClassification
+    if not os.path.isdir(path): raise FileNotFoundError(f"TrainConfig.critic_init {path!r} is not a directory")
+    if not os.path.isfile(os.path.join(path, "config.json")): raise ValueError(f"TrainConfig.critic_init {path!r} has no config.json (not a Hugging Face checkpoint)")
+    try:
+        with _quiet_hf(): rm = AutoModelForSequenceClassification.from_pretrained(path)
+    except (OSError, ValueError, RuntimeError) as e: raise ValueError(f"TrainConfig.critic_init {path!r}: cannot load a reward model: {e}") from None
+    if rm.config.num_labels != 1: raise ValueError(f"TrainConfig.critic_init {path!r} has num_labels={rm.config.num_labels}; a reward model has 1")
+    if policy is not None and rm.config.vocab_size != policy.config.vocab_size:
+        raise ValueError(f"TrainConfig.critic_init {path!r} has vocab_size {rm.config.vocab_size}, the policy {policy.config.vocab_size}: not the same tokenizer")
+    return rm
+
 
 # %% ../nbs/11_models.ipynb #11f01d07
 SFT_VERSION = 1  # bump when sft_warm_start changes what it computes (invalidates the cache)

@@ -13,8 +13,7 @@ from .core import masked_mean, masked_var, agg_loss, AGG_MODES, check_shapes
 
 # %% auto #0
 __all__ = ['gae_reference', 'gae', 'ppo_policy_loss', 'explained_variance', 'value_loss', 'ValueModel', 'value_model_from_policy',
-           'value_model_from_reward_model', 'mlp', 'CategoricalHead', 'GaussianHead', 'ActorCritic', 'gae_episodes',
-           'GymPPOConfig', 'train_ppo_gym']
+           'value_model_from_reward_model', 'gae_episodes', 'terminal_rewards']
 
 # %% ../nbs/02_ppo.ipynb #14510210
 def _gae_inputs(rewards, values, mask, gamma, lam):
@@ -295,68 +294,6 @@ def value_model_from_reward_model(rm:nn.Module,  # a reward model, e.g. LlamaFor
         raise ValueError(f"`rm` must have a scalar head `score` (num_labels=1), got {head}")
     return ValueModel(copy.deepcopy(_trunk_of(rm)), copy.deepcopy(head))
 
-# %% ../nbs/02_ppo.ipynb #e667a979
-def mlp(sizes:list[int],  # layer widths, input first, output last
-        act:type[nn.Module]=nn.Tanh,  # hidden activation
-        init:str="orthogonal",  # hidden-layer init: "orthogonal" (gain sqrt 2), "xavier" (Glorot), "he" (Kaiming), "default"
-        out_gain:float=1.0,  # gain of the last layer (0.01 for a policy head: near-uniform start)
-       ) -> nn.Sequential:
-    "A small MLP with the classic-control initialisations; biases start at 0."
-    if init not in ("orthogonal", "xavier", "he", "default"): raise ValueError(f"unknown `init` {init!r}")
-    layers = []
-    for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:])):
-        lin, last = nn.Linear(n_in, n_out), i == len(sizes) - 2
-        if last and init != "default": nn.init.orthogonal_(lin.weight, out_gain); nn.init.zeros_(lin.bias)
-        elif init == "orthogonal": nn.init.orthogonal_(lin.weight, math.sqrt(2)); nn.init.zeros_(lin.bias)
-        elif init == "xavier": nn.init.xavier_uniform_(lin.weight, nn.init.calculate_gain("tanh")); nn.init.zeros_(lin.bias)
-        elif init == "he": nn.init.kaiming_normal_(lin.weight, nonlinearity="relu"); nn.init.zeros_(lin.bias)
-        layers += [lin] if last else [lin, act()]
-    return nn.Sequential(*layers)
-
-class CategoricalHead(nn.Module):
-    "Policy head for discrete actions: hidden -> logits -> Categorical."
-    def __init__(self, hidden:int, n_actions:int, gain:float=0.01):
-        super().__init__()
-        self.proj = nn.Linear(hidden, n_actions)
-        nn.init.orthogonal_(self.proj.weight, gain); nn.init.zeros_(self.proj.bias)
-    def forward(self, h:torch.Tensor) -> torch.distributions.Distribution:
-        return torch.distributions.Categorical(logits=self.proj(h))
-
-class GaussianHead(nn.Module):
-    "Policy head for continuous actions: hidden -> mean, plus a learned state-independent log-std; log-probs sum over action dims."
-    def __init__(self, hidden:int, act_dim:int, gain:float=0.01, log_std_init:float=0.0):
-        super().__init__()
-        self.mean = nn.Linear(hidden, act_dim)
-        nn.init.orthogonal_(self.mean.weight, gain); nn.init.zeros_(self.mean.bias)
-        self.log_std = nn.Parameter(torch.full((act_dim,), float(log_std_init)))
-    def forward(self, h:torch.Tensor) -> torch.distributions.Distribution:
-        mu = self.mean(h)
-        return torch.distributions.Independent(torch.distributions.Normal(mu, self.log_std.exp().expand_as(mu)), 1)
-
-class ActorCritic(nn.Module):
-    "MLP actor-critic for classic control: separate (or shared) tanh trunks, a policy head and a scalar value head."
-    def __init__(self,
-                 obs_dim:int,  # observation size
-                 act_dim:int,  # number of discrete actions, or the action dimension if `continuous`
-                 continuous:bool=False,  # Gaussian head instead of categorical
-                 hidden:int=64,  # trunk width (two hidden layers)
-                 shared:bool=False,  # one trunk for actor and critic (initialised once)
-                 init:str="orthogonal",  # see `mlp`
-                ):
-        super().__init__()
-        self.actor_trunk = mlp([obs_dim, hidden, hidden], init=init, out_gain=math.sqrt(2))
-        self.actor_trunk.append(nn.Tanh())
-        self.critic_trunk = self.actor_trunk if shared else nn.Sequential(*mlp([obs_dim, hidden, hidden], init=init, out_gain=math.sqrt(2)), nn.Tanh())
-        self.pi = GaussianHead(hidden, act_dim) if continuous else CategoricalHead(hidden, act_dim)
-        self.v = nn.Linear(hidden, 1)
-        nn.init.orthogonal_(self.v.weight, 1.0); nn.init.zeros_(self.v.bias)
-    def dist(self, obs:torch.Tensor) -> torch.distributions.Distribution:
-        "pi(.|s) for a batch of observations (N, obs_dim)."
-        return self.pi(self.actor_trunk(obs))
-    def value(self, obs:torch.Tensor) -> torch.Tensor:
-        "V(s), shape (N,)."
-        return self.v(self.critic_trunk(obs)).squeeze(-1)
-
 # %% ../nbs/02_ppo.ipynb #09530c38
 def gae_episodes(rewards:torch.Tensor,  # (N, T) per env and step
                  values:torch.Tensor,  # V(s_t) (N, T)
@@ -383,99 +320,16 @@ def gae_episodes(rewards:torch.Tensor,  # (N, T) per env and step
     adv = adv_rows[piece, pos].view(N, T)
     return adv, adv + values
 
-# %% ../nbs/02_ppo.ipynb #16d07736
-@dataclass
-class GymPPOConfig:
-    "Hyperparameters of `train_ppo_gym` (defaults: CleanRL's classic-control PPO)."
-    env_id:str = "CartPole-v1"
-    n_envs:int = 8  # environments stepped side by side
-    n_steps:int = 128  # steps per env per rollout
-    total_steps:int = 300_000  # environment steps budget
-    gamma:float = 0.99
-    lam:float = 0.95
-    lr:float = 2.5e-4
-    anneal_lr:bool = True  # linear decay to 0 over the budget
-    epochs:int = 4  # passes over each rollout
-    minibatch:int = 256  # samples per gradient step
-    eps:float = 0.2  # policy clip (eps_low = eps_high)
-    vclip:float|None = 0.2  # value clip (None: plain MSE)
-    ent_coef:float = 0.0
-    vf_coef:float = 0.5
-    max_grad_norm:float = 0.5
-    norm_adv:bool = True  # whiten advantages per minibatch
-    hidden:int = 64
-    reward_scale:float = 1.0  # multiply rewards before GAE (returns are reported unscaled)
-    solved:float|None = None  # stop once the mean of the last 100 training episodes reaches this
-    seed:int = 0
+# %% ../nbs/02_ppo.ipynb #cd9206f4
+def terminal_rewards(r:torch.Tensor,  # (B,) outcome reward per response
+                     mask:torch.Tensor,  # (B, T) response mask
+                    ) -> torch.Tensor:  # (B, T) zeros except r at each response's last token
+    "Place each outcome reward on its response's last unmasked token (the token-level reward of PPO/VAPO)."
+    m = mask.bool()
+    T = m.shape[1]
+    last = torch.where(m, torch.arange(T, device=m.device), -1).amax(-1)        # (B,)
+    out = torch.zeros(m.shape, dtype=torch.float32, device=m.device)
+    ok = last >= 0
+    out[ok.nonzero().view(-1), last[ok]] = r[ok].float()
+    return out
 
-def train_ppo_gym(cfg:GymPPOConfig,  # hyperparameters
-                  log_every:int=10,  # print every this many updates (0: silent)
-                 ) -> dict:
-    "Train an MLP actor-critic with PPO on a gymnasium environment; returns the history and the model."
-    import gymnasium as gym
-    torch.manual_seed(cfg.seed)
-    envs = [gym.make(cfg.env_id) for _ in range(cfg.n_envs)]
-    cont = isinstance(envs[0].action_space, gym.spaces.Box)
-    obs_dim = envs[0].observation_space.shape[0]
-    act_dim = envs[0].action_space.shape[0] if cont else envs[0].action_space.n
-    ac = ActorCritic(obs_dim, act_dim, continuous=cont, hidden=cfg.hidden)
-    opt = torch.optim.Adam(ac.parameters(), lr=cfg.lr, eps=1e-5)
-    import numpy as np
-    obs = np.stack([e.reset(seed=cfg.seed + i)[0] for i, e in enumerate(envs)]).astype(np.float32)   # (N, obs_dim)
-    N, T = cfg.n_envs, cfg.n_steps
-    ep_ret = [0.0] * N
-    hist = dict(step=[], ret100=[], ev=[], approx_kl=[], clipfrac=[], entropy=[], episodes=[])
-    n_updates, step = cfg.total_steps // (N * T), 0
-    for upd in range(n_updates):
-        if cfg.anneal_lr: opt.param_groups[0]["lr"] = cfg.lr * (1 - upd / n_updates)
-        O, O2 = np.zeros((T, N, obs_dim), np.float32), np.zeros((T, N, obs_dim), np.float32)
-        R, TERM, END = np.zeros((T, N), np.float32), np.zeros((T, N), bool), np.zeros((T, N), bool)
-        B_act, B_logp = [], []
-        for t in range(T):                                         # ---- rollout with the current policy
-            with torch.no_grad():
-                d = ac.dist(torch.from_numpy(obs)); a = d.sample(); B_logp.append(d.log_prob(a))
-            B_act.append(a); O[t] = obs
-            a_env = (a.clamp(-1, 1).numpy() * envs[0].action_space.high) if cont else a.numpy()
-            for i, e in enumerate(envs):
-                o, r, term, trunc, _ = e.step(a_env[i] if cont else int(a_env[i]))
-                ep_ret[i] += r
-                R[t, i], TERM[t, i], END[t, i] = r, term, term or trunc
-                O2[t, i] = o                                       # the real next state (final obs if the episode ended)
-                if term or trunc:
-                    hist["episodes"].append(ep_ret[i]); ep_ret[i] = 0.0
-                    o, _ = e.reset()
-                obs[i] = o
-        step += N * T
-        O, O2, A, LP = torch.from_numpy(O), torch.from_numpy(O2), torch.stack(B_act), torch.stack(B_logp)   # (T, N, ...)
-        R, TERM, END = torch.from_numpy(R) * cfg.reward_scale, torch.from_numpy(TERM), torch.from_numpy(END)
-        with torch.no_grad():
-            V, V2 = ac.value(O), ac.value(O2)                      # (T, N)
-            adv, ret = gae_episodes(R.T, V.T, V2.T, TERM.T, END.T, cfg.gamma, cfg.lam)   # (N, T)
-        flat = lambda x: x.transpose(0, 1).reshape(N * T, *x.shape[2:])
-        O, A, LP, V, adv, ret = flat(O), flat(A), flat(LP), flat(V), adv.reshape(-1), ret.reshape(-1)
-        for _ in range(cfg.epochs):                                # ---- PPO epochs over minibatches
-            perm = torch.randperm(N * T)
-            for s in range(0, N * T, cfg.minibatch):
-                j = perm[s:s + cfg.minibatch]
-                d = ac.dist(O[j])
-                a_j = adv[j]
-                if cfg.norm_adv: a_j = (a_j - a_j.mean()) / (a_j.std() + 1e-8)
-                one = torch.ones(1, len(j), dtype=torch.bool)
-                pg, pm = ppo_policy_loss(d.log_prob(A[j])[None], LP[j][None], a_j[None], one, cfg.eps, cfg.eps)
-                vl, vm = value_loss(ac.value(O[j])[None], V[j][None], ret[j][None], one, clip=cfg.vclip)
-                ent = d.entropy().mean()
-                loss = pg - cfg.ent_coef * ent + cfg.vf_coef * vl
-                opt.zero_grad(); loss.backward()
-                nn.utils.clip_grad_norm_(ac.parameters(), cfg.max_grad_norm); opt.step()
-        ev = float(explained_variance(V[None], ret[None], torch.ones(1, N * T, dtype=torch.bool)))
-        r100 = sum(hist["episodes"][-100:]) / max(1, len(hist["episodes"][-100:]))
-        for k, x in (("step", step), ("ret100", r100), ("ev", ev), ("approx_kl", float(pm["approx_kl"])),
-                     ("clipfrac", float(pm["clipfrac"])), ("entropy", float(ent.detach()))): hist[k].append(x)
-        if log_every and (upd % log_every == 0 or upd == n_updates - 1):
-            print(f"update {upd:4d} step {step:7d}  return(last 100 ep) {r100:8.1f}  EV {ev:+.2f}  "
-                  f"approx_kl {hist['approx_kl'][-1]:.4f}  clipfrac {hist['clipfrac'][-1]:.3f}  entropy {hist['entropy'][-1]:.3f}")
-        if cfg.solved is not None and len(hist["episodes"]) >= 100 and r100 >= cfg.solved:
-            if log_every: print(f"solved at update {upd}, step {step}: mean return of the last 100 episodes {r100:.1f}")
-            break
-    hist["model"] = ac
-    return hist

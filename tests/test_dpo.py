@@ -206,7 +206,7 @@ def test_bad_inputs():
 @settings(max_examples=40, deadline=None)
 @given(st.integers(1, 20), st.integers(1, 25), st.integers(1, 6), st.integers(0, 10 ** 6))
 def test_batch_indices_cover_each_epoch(n, bs, steps, seed):
-    from rl_notes.dpo import _batch_indices
+    from rl_notes.preference import _batch_indices
     stream = sum((_batch_indices(n, bs, s, seed) for s in range(1, steps + 1)), [])
     assert len(stream) == bs * steps
     for e in range(len(stream) // n):                    # every full epoch is a permutation of the pairs
@@ -223,7 +223,7 @@ def _pairs(n, seed):
 
 def test_train_dpo_split_run_equals_uninterrupted(tmp_path):
     "A run stopped at a step that is both saved and evaluated, then resumed, equals an uninterrupted one."
-    from rl_notes.dpo import train_dpo
+    from rl_notes.preference import train_dpo
     pairs = _pairs(10, 0)
     kw = dict(batch_size=4, lr=1e-2, eval_every=2, probe=4, save_every=2, nll_coef=0.5)
     a = _tiny(); ha = train_dpo(a, None, pairs, 7, out_dir=str(tmp_path / "a"), **kw)
