@@ -1,25 +1,27 @@
-# rl_notes: `make test` is the test command CI runs (.ci/run); `make demo` is the main job.
+# rl_notes: `make test` is the test command CI runs first (.ci/run); `make demo` is the main job.
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
-# A CPU build of torch that installs from local disk on the project's machines; any torch >= 2.4 works.
+# A CPU build of torch that installs from local disk on the project's machines; any torch >= 2.13 (the declared floor,
+# settings.ini) works, CPU or CUDA.
 TORCH_SPEC ?= torch==2.13.0
 NB_WORKERS ?= 2
 
-.PHONY: venv test test-nb test-py test-slow sync-check export clean-nb demo bench docs docs-test
+.PHONY: venv test test-nb test-py test-slow test-floors sync-check lint export clean-nb demo bench docs docs-test
 
 $(VENV)/.installed: setup.py settings.ini
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_SPEC)" || $(PY) -m pip install -q "torch>=2.4"
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_SPEC)" || $(PY) -m pip install -q "torch>=2.13"
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $@
 
 venv: $(VENV)/.installed
 
-# Fails if nbdev_export or nbdev_clean would change any file, then runs the notebooks and pytest.
-test: venv sync-check test-nb test-py
+# Fails if nbdev_export or nbdev_clean would change any file or the wheel's version is not settings.ini's, then
+# pyflakes, the notebooks and pytest.
+test: venv sync-check lint test-nb test-py
 
 sync-check: venv
 	PATH=$(BIN):$$PATH bash .ci/sync_check.sh
@@ -29,6 +31,16 @@ test-nb: venv
 
 test-py: venv
 	$(BIN)/pytest -q tests
+
+# pyflakes over the library (the generated _modidx.py excepted) and the build/CI/docs scripts.
+LINT_FILES = $(filter-out rl_notes/_modidx.py,$(wildcard rl_notes/*.py)) setup.py $(wildcard .ci/*.py docs/*.py)
+lint: venv
+	$(PY) -m pyflakes $(LINT_FILES)
+
+# The declared floors of torch, transformers and accelerate (settings.ini) in a fresh venv (build/floors-venv), the
+# package installed from its wheel, then load + generate + two train steps (.ci/floors.sh; a few minutes).
+test-floors:
+	bash .ci/floors.sh
 
 # Slow cells (minutes each on a 2-core CPU): the experiments behind the committed outputs.
 test-slow: venv

@@ -182,6 +182,18 @@ def default_exp(nb_path):
             if m: return m.group(1)
     return None
 
+def export_targets(nb_path):
+    """Modules a notebook writes code into: its `#| default_exp` first, then every `#| export <module>` (nbdev's
+    export to another module, e.g. a loop exported from an algorithm notebook into `rl_notes.lab`), in cell order."""
+    nb = json.loads(nb_path.read_text(encoding='utf-8'))
+    first, out = default_exp(nb_path), []
+    if first: out.append(first)
+    for c in nb['cells']:
+        if c['cell_type'] != 'code': continue
+        for m in re.finditer(r'^#\|\s*export[si]?[ \t]+([A-Za-z_][\w.]*)[ \t]*$', _src(c), re.M):
+            if m.group(1) not in out: out.append(m.group(1))
+    return out
+
 # ---------------------------------------------------------------- API pages
 def modules():
     lib = ROOT/CFG['lib_path']
@@ -203,15 +215,24 @@ def exported(mod):
                     else: kinds.setdefault(t.id, 'autodata')
     return [(n, kinds.get(n, 'autodata')) for n in names]
 
+def _rst_text(t):
+    "A title as the text of a reST hyperlink: backticks and angle brackets escaped (\"The `rl_notes` command\")."
+    return re.sub(r'([\\`<>])', r'\\\1', t)
+
 def api_pages(mod2page, titles):
-    "One page per module: every name in `__all__` through autodoc, in `__all__` order."
+    """One page per module: a link to each notebook that exports into it (its `default_exp` notebook first), then
+    every name in `__all__` through autodoc, in `__all__` order. Returns the module short names and their notebooks."""
     (SRC/'api').mkdir(parents=True, exist_ok=True)
-    names = []
+    names, sources = [], {}
     for mod in modules():
         short = mod.split('.', 1)[1] if '.' in mod else mod
-        page = mod2page.get(short)
+        pages = mod2page.get(short, [])
+        if not pages and STRICT: sys.exit(f'docs: no notebook exports into {mod} (a module without a source notebook)')
+        sources[short] = pages
         lines = [mod, '=' * len(mod), '']
-        if page: lines += [f'Source notebook: `{titles.get(page, page)} <../{page}.html>`_', '']
+        if pages:
+            links = ', '.join(f'`{_rst_text(titles.get(p, p))} <../{p}.html>`_' for p in pages)
+            lines += [f"Source notebook{'s' if len(pages) > 1 else ''}: {links}", '']
         lines += [f'.. automodule:: {mod}', '']
         for name, kind in exported(mod):
             lines += [f'.. {kind}:: {mod}.{name}']
@@ -224,7 +245,7 @@ def api_pages(mod2page, titles):
            'parameter comments (docments) as a parameter list. The notebooks show the same objects with their tests.', '',
            '.. toctree::', '   :maxdepth: 1', ''] + [f'   {n}' for n in names]
     write(SRC/'api'/'index.rst', '\n'.join(idx) + '\n')
-    return names
+    return names, sources
 
 def modidx_links():
     "nbdev doc link ('core.html#agg_loss') -> (module short name, full symbol name), from the library's _modidx."
@@ -311,8 +332,7 @@ def stage():
         SHOWDOC_IDS.clear()
         nb = convert(proc/p.relative_to(NBS), pages, p.stem)
         titles[name] = fronts[p].get('title', p.stem)
-        mod = default_exp(p)
-        if mod: mod2page[mod] = name
+        for mod in export_targets(p): mod2page.setdefault(mod, []).append(name)
         if name != 'index': order.append(name)
         page_ids[name] = set(SHOWDOC_IDS)
         staged[name] = json.dumps(nb, ensure_ascii=False, indent=1)
@@ -328,8 +348,8 @@ def stage():
         write(SRC/'index.md', f"# {CFG['title']}\n\n> {CFG['description']}\n\n## Notebooks\n\n{lst}\n\n"
                               f"See also the [API reference](api/index.html).\n\n{toc}")
     for name, txt in staged.items(): write(SRC/f'{name}.ipynb', txt)
-    api = api_pages(mod2page, titles)
-    write(SRC/'_order.json', json.dumps({'pages': ['index'] + order, 'api': api}, indent=1))
+    api, sources = api_pages(mod2page, titles)
+    write(SRC/'_order.json', json.dumps({'pages': ['index'] + order, 'api': api, 'api_sources': sources}, indent=1))
     for f in before - WRITTEN: f.unlink()          # pages of notebooks that no longer exist
     log(f'staged {len(order)+1} notebook pages and {len(api)} API pages in {SRC.relative_to(ROOT)}')
 

@@ -2,8 +2,9 @@
 
 Fails on: a broken internal link (missing page or missing #anchor), a missing image, a console error, a failed or
 non-local network request, unrendered math (raw `$...$`, or a math element MathJax did not typeset, or a TeX error),
-a notebook missing from the site or out of order, an exported symbol missing from its API page, a search that finds
-nothing. Saves screenshots to site/_artifacts/. Installs chromium, its driver, a CJK font and selenium if missing.
+a notebook missing from the site or out of order, an exported symbol missing from its API page, an API page without a
+link to its source notebook, a search that finds nothing. Saves screenshots to site/_artifacts/. Installs chromium,
+its driver, a CJK font and selenium if missing.
 """
 import ast, json, os, re, shutil, subprocess, sys, tempfile, threading, time
 from functools import partial
@@ -33,8 +34,8 @@ def ensure_tools():
         if subprocess.run(['apt-get', 'install', '-y', '-q', *pkgs], env=env, stdout=subprocess.DEVNULL).returncode:
             subprocess.run(['apt-get', 'update', '-q'], env=env, check=True, stdout=subprocess.DEVNULL)
             subprocess.run(['apt-get', 'install', '-y', '-q', *pkgs], env=env, check=True, stdout=subprocess.DEVNULL)
-    try: import selenium  # noqa: F401
-    except ImportError:
+    import importlib.util
+    if importlib.util.find_spec('selenium') is None:
         subprocess.run([sys.executable, '-m', 'pip', 'install', '-q', '-r', str(ROOT/'docs'/'requirements.txt')], check=True)
 
 # ---------------------------------------------------------------- local server
@@ -201,6 +202,13 @@ def main():
             f = SITE/'api'/f'{short}.html'
             if not f.is_file(): bad('api', f'missing API page api/{short}.html'); continue
             ids = ids_of(f)
+            html = f.read_text(encoding='utf-8', errors='replace')
+            srcs = order.get('api_sources', {}).get(short)
+            if srcs is not None and not srcs: bad(f'api/{short}.html', 'no source notebook exports into this module')
+            m = re.search(r'Source notebooks?:(.*?)</p>', html, re.S)
+            hrefs = set(re.findall(r'<a [^>]*href="\.\./([\w.-]+)\.html"', m.group(1))) if m else set()
+            for page in srcs or []:     # each module's page links the notebook(s) it is exported from, in its text
+                if page not in hrefs: bad(f'api/{short}.html', f'no link to its source notebook {page}.html')
             for name in exported(lib/(short.replace('.', '/') + '.py')):
                 n_sym += 1
                 if f'rl_notes.{short}.{name}' not in ids: bad(f'api/{short}.html', f'exported symbol {name} not documented')

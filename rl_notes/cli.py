@@ -4,11 +4,12 @@
 
 # %% ../nbs/18_cli.ipynb #eb1d7f78
 from __future__ import annotations
-import argparse, sys, os, json, time, math
+import argparse, dataclasses, json, os, platform, sys, time, typing
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['PLOT_KEYS', 'DEMO', 'UsageError', 'read_metrics', 'plot_runs', 'summarize', 'demo', 'main']
+__all__ = ['PLOT_KEYS', 'DEMO', 'PRESET_NAMES', 'TRAIN_OPTIONS', 'CACHE_HELP', 'UsageError', 'read_metrics', 'plot_runs',
+           'summarize', 'demo', 'main']
 
 # %% ../nbs/18_cli.ipynb #6d0e3183
 class UsageError(ValueError):
@@ -16,10 +17,17 @@ class UsageError(ValueError):
 
 class _Parser(argparse.ArgumentParser):
     "argparse, but a usage error is one line (`rl_notes: error: ...`) and exit status 2."
+    defaults_from = None  # a function giving {dest: default}, called only to print this command's help
     def error(self, message): raise UsageError(message)
+    def format_help(self):
+        if self.defaults_from is not None:
+            d = self.defaults_from()
+            for a in self._actions:
+                if a.dest in d: a.default = d[a.dest]
+        return super().format_help()
 
 def _kv(s:str):
-    "Parse `key=value`; the value as JSON when it parses (numbers, true/false, null), else as a string."
+    "Parse `key=value`; the value as JSON when it parses (numbers, true/false, null), else as a string (the config checks its type)."
     if "=" not in s: raise argparse.ArgumentTypeError(f"expected key=value, got {s!r}")
     k, v = s.split("=", 1)
     try: v = json.loads(v)
@@ -28,13 +36,23 @@ def _kv(s:str):
 
 def _task_kw(pairs) -> dict: return dict(pairs or [])
 
+def _model_args(pairs) -> dict|None:
+    "`--model-arg` values, type-checked against the annotations of `rl_notes.models.tiny_llama` (other names go to LlamaConfig)."
+    from rl_notes.models import tiny_llama  # heavy: transformers (lazy, so that `rl_notes --help` answers at once)
+    from rl_notes.checkpoint import validate_config  # heavy: torch
+    kw, hints = dict(pairs or []), typing.get_type_hints(tiny_llama)
+    known = {k: v for k, v in kw.items() if k in hints and k not in ("tokenizer", "return")}
+    validate_config(dataclasses.make_dataclass("tiny_llama", [(k, hints[k]) for k in known])(**known))
+    return kw or None
+
 # %% ../nbs/18_cli.ipynb #11bc2ea1
 def read_metrics(run:str|Path) -> list[dict]:
-    "The rows of `run/metrics.jsonl` (or of the file itself)."
+    "The rows of `run/metrics.jsonl` (or of the file itself); the half-written last line of a run still writing is left out."
+    from rl_notes.checkpoint import MetricsLog  # heavy: torch
     p = Path(run)
     f = p / "metrics.jsonl" if p.is_dir() else p
     if not f.is_file(): raise FileNotFoundError(f"no metrics.jsonl in {str(run)!r}")
-    return [json.loads(l) for l in f.read_text().splitlines() if l.strip()]
+    return MetricsLog(f).read()
 
 PLOT_KEYS = ("heldout_acc", "reward", "entropy", "resp_len")
 
@@ -45,8 +63,8 @@ def plot_runs(runs:list,  # run directories (or metrics.jsonl files)
               smooth:int=10,  # moving-average window for per-step metrics
              ):
     "One panel per metric, one line per run; held-out accuracy only where it was evaluated."
-    import matplotlib; matplotlib.use("Agg") if out is not None and "matplotlib.pyplot" not in sys.modules else None
-    import matplotlib.pyplot as plt
+    import matplotlib; matplotlib.use("Agg") if out is not None and "matplotlib.pyplot" not in sys.modules else None  # heavy: plots only
+    import matplotlib.pyplot as plt  # heavy: plots only
     if not runs: raise ValueError("`runs` is empty: give at least one run directory")
     data = [read_metrics(r) for r in runs]
     labels = labels or [Path(r).name if Path(r).is_dir() else Path(r).parent.name for r in runs]
@@ -98,8 +116,9 @@ def summarize(out:str|Path, algos, wall:dict|None=None) -> str:
         lines.append(f"| {a} | {g0:.3f} | {g1:.3f} | {s0:.3f} | {s1:.3f} | {rows[-1]['step']} | {(wall or {}).get(a, float('nan')):.0f} |")
     return "\n".join(lines)
 
-def demo(out:str|Path="runs/demo",  # output directory
-         cache_dir:str|Path="runs/cache",  # SFT cache (reused by later runs)
+# %% ../nbs/18_cli.ipynb #7a9841ab
+def demo(out:str|Path="runs/demo",  # output directory; its runs are replaced when the demo runs again
+         cache_dir:str|Path|None=None,  # SFT cache (reused by later runs); default `rl_notes.checkpoint.cache_dir("sft")`
          quick:bool=False,  # tiny sizes (seconds), for tests
          threads:int|None=1,  # torch threads (None: leave as is); 1 is robust on a shared CPU, see below
          progress:bool=True,  # tqdm bars
@@ -107,26 +126,25 @@ def demo(out:str|Path="runs/demo",  # output directory
          sft:str|Path|None=None,  # use this SFT checkpoint instead of the cached warm start
         ) -> str:
     "SFT warm start, then GRPO and DAPO on addition; writes metrics, curves.png and summary.md; returns the summary."
-    import torch
-    from rl_notes.models import sft_warm_start
-    from rl_notes.trainer import TrainConfig, train
+    if threads is not None and not (isinstance(threads, int) and not isinstance(threads, bool) and threads >= 1):
+        raise ValueError(f"`threads` must be an int >= 1 or None, got {threads!r}")
+    import torch  # heavy (lazy, so that `rl_notes --help` answers at once)
+    from rl_notes.models import sft_warm_start  # heavy: transformers
+    from rl_notes.trainer import TrainConfig, train  # heavy: torch and transformers
     if threads: torch.set_num_threads(threads)
     d = _quick(DEMO) if quick else DEMO
     algos = tuple(algos or d["algos"])
     out = Path(out); out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     sft = sft or sft_warm_start(d["task"], cache_dir=cache_dir, progress=progress, **d["sft"], **d["task_kw"])
-    t_sft = time.time() - t0
-    wall = {}
+    t_sft, wall = time.time() - t0, {}
     for a in algos:
         t1 = time.time()
-        cfg = TrainConfig(model=str(sft), algo=a, task=d["task"], task_kw=d["task_kw"], out_dir=str(out / a),
-                          progress=progress, **d["train"])
-        train(cfg)
+        train(TrainConfig(model=str(sft), algo=a, task=d["task"], task_kw=d["task_kw"], out_dir=str(out / a), overwrite=True,
+                          progress=progress, **d["train"]))
         wall[a] = time.time() - t1
     plot_runs([out / a for a in algos], out / "curves.png", keys=("heldout_acc", "heldout_sample_acc", "reward", "entropy", "resp_len"))
     total = time.time() - t0
-    import platform
     text = (f"# rl_notes demo\n\nSFT warm start `{sft}` ({t_sft:.0f} s, cached after the first run), then "
             f"{', '.join(algos)} on `{d['task']}` {d['task_kw']} with {d['train']}.\n\n"
             f"Held-out greedy accuracy on {d['train']['n_eval']} test-split prompts:\n\n{summarize(out, algos, wall)}\n\n"
@@ -135,48 +153,64 @@ def demo(out:str|Path="runs/demo",  # output directory
     return text
 
 # %% ../nbs/18_cli.ipynb #dad43ec1
-def _parser() -> argparse.ArgumentParser:
-    from rl_notes.trainer import PRESETS, TrainConfig
+PRESET_NAMES = ("dapo", "dr_grpo", "grpo", "ppo", "vapo")  # == sorted keys of `rl_notes.trainer.PRESETS` (a test checks), without importing it
+# `rl_notes train` options that set a `TrainConfig` field of the same name: (name, type, help)
+TRAIN_OPTIONS = (("steps", int, "RL steps"), ("n_prompts", int, "prompts per step, all processes together"),
+                 ("group_size", int, "responses per prompt (G)"), ("max_new_tokens", int, "response budget in tokens"),
+                 ("lr", float, "policy learning rate"), ("critic_lr", float, "critic learning rate"),
+                 ("temperature", float, "sampling temperature"), ("ppo_epochs", int, "passes over each batch"),
+                 ("n_minibatches", int, "optimizer steps per pass"), ("n_eval", int, "held-out prompts"),
+                 ("n_train", int, "training prompt pool (small tasks hold fewer)"),
+                 ("eval_every", int, "held-out evaluation every N steps"), ("save_every", int, "checkpoint every N steps (0: at the end)"),
+                 ("warmup_steps", int, "linear learning-rate warm-up steps"), ("seed", int, "seed"), ("threads", int, "torch threads"))
+
+def _train_defaults() -> dict:
+    from rl_notes.trainer import TrainConfig  # heavy: torch and transformers, only to print `rl_notes train --help`
     d = TrainConfig()
+    return {name: getattr(d, name) for name, _, _ in TRAIN_OPTIONS}
+
+def _task_args(q, model=False):
+    q.add_argument("--task", default="addition", help="task name: addition | countdown (default: addition)")
+    q.add_argument("--task-arg", type=_kv, action="append", metavar="KEY=VALUE", help="task option, repeatable, e.g. --task-arg max_digits=3")
+    if model: q.add_argument("--model", required=True, metavar="PATH", help="directory of a Hugging Face causal-LM checkpoint with its tokenizer")
+
+def _train_parser(q):
+    _task_args(q, model=True)
+    q.add_argument("--algo", default="grpo", choices=PRESET_NAMES, help="algorithm preset (default grpo)")
+    q.add_argument("--set", type=_kv, action="append", metavar="KEY=VALUE", dest="algo_set",
+                   help="override a field of the algorithm, e.g. --set eps_high=0.2 --set dynamic_sampling=false")
+    q.add_argument("--out", default="runs/run", help="run directory: metrics.jsonl, config.json, ckpt/ (default runs/run)")
+    for name, typ, hlp in TRAIN_OPTIONS:
+        q.add_argument("--" + name.replace("_", "-"), type=typ, default=None, help=f"{hlp} (default %(default)s)")
+    q.add_argument("--critic-init", default=None, metavar="PATH", help="start the critic from this reward-model checkpoint (sequence classification, "
+                   "one label; algorithms with a critic only; default: the policy's trunk with a fresh head)")
+    q.add_argument("--resume", action="store_true", help="continue the run in OUT from OUT/ckpt")
+    q.add_argument("--overwrite", action="store_true", help="replace a previous run in OUT (without it, starting over one is refused)")
+    q.add_argument("--no-shard", action="store_true", help="every process samples the whole batch (bit-exact with 1 process)")
+    q.add_argument("--quiet", action="store_true", help="no progress bar")
+    q.defaults_from = _train_defaults
+
+# %% ../nbs/18_cli.ipynb #7e6e67bf
+CACHE_HELP = "SFT cache (default $RL_NOTES_CACHE/sft, else ~/.cache/rl_notes/sft)"
+
+def _parser() -> argparse.ArgumentParser:
+    "The `rl_notes` command line; it imports nothing heavy, so `rl_notes --help` answers at once."
     p = _Parser(prog="rl_notes", description="RL for language models on a laptop: SFT warm start, PPO / GRPO / Dr. GRPO / DAPO / VAPO "
                 "training on verifiable tasks, evaluation and plots. `rl_notes CMD --help` for each command.")
     sub = p.add_subparsers(dest="cmd", metavar="CMD", parser_class=_Parser)
     sub.required = True
-    def task_args(q, model=False):
-        q.add_argument("--task", default="addition", help="task name: addition | countdown (default: addition)")
-        q.add_argument("--task-arg", type=_kv, action="append", metavar="KEY=VALUE", help="task option, repeatable, e.g. --task-arg max_digits=3")
-        if model: q.add_argument("--model", required=True, metavar="PATH", help="directory of a Hugging Face causal-LM checkpoint with its tokenizer")
     q = sub.add_parser("sft", help="supervised warm start (cached by config); prints the checkpoint directory")
-    task_args(q)
+    _task_args(q)
     q.add_argument("--steps", type=int, default=600, help="optimizer steps (default 600)")
     q.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (default 3e-3)")
     q.add_argument("--batch-size", type=int, default=64, help="sequences per step (default 64)")
     q.add_argument("--n-train", type=int, default=20000, help="distinct training prompts (default 20000; small tasks hold fewer)")
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--model-arg", type=_kv, action="append", metavar="KEY=VALUE", help="tiny_llama option, e.g. hidden_size=128")
-    q.add_argument("--cache-dir", default="runs/cache", help="where SFT checkpoints are cached (default runs/cache)")
-    q = sub.add_parser("train", help="RL training with one of the algorithm presets")
-    task_args(q, model=True)
-    q.add_argument("--algo", default="grpo", choices=sorted(PRESETS), help="algorithm preset (default grpo)")
-    q.add_argument("--set", type=_kv, action="append", metavar="KEY=VALUE", dest="algo_set",
-                   help="override a field of the algorithm, e.g. --set eps_high=0.2 --set dynamic_sampling=false")
-    q.add_argument("--out", default="runs/run", help="run directory: metrics.jsonl, config.json, ckpt/ (default runs/run)")
-    for name, typ, hlp in (("steps", int, "RL steps"), ("n_prompts", int, "prompts per step, all processes together"),
-                           ("group_size", int, "responses per prompt (G)"), ("max_new_tokens", int, "response budget in tokens"),
-                           ("lr", float, "policy learning rate"), ("critic_lr", float, "critic learning rate"),
-                           ("temperature", float, "sampling temperature"), ("ppo_epochs", int, "passes over each batch"),
-                           ("n_minibatches", int, "optimizer steps per pass"), ("n_eval", int, "held-out prompts"),
-                           ("n_train", int, "training prompt pool (small tasks hold fewer)"),
-                           ("eval_every", int, "held-out evaluation every N steps"), ("save_every", int, "checkpoint every N steps (0: at the end)"),
-                           ("warmup_steps", int, "linear learning-rate warm-up steps"), ("seed", int, "seed"), ("threads", int, "torch threads")):
-        q.add_argument("--" + name.replace("_", "-"), type=typ, default=getattr(d, name), help=f"{hlp} (default {getattr(d, name)})")
-    q.add_argument("--critic-init", default=None, metavar="PATH", help="start the critic from this reward-model checkpoint (sequence classification, "
-                   "one label; algorithms with a critic only; default: the policy's trunk with a fresh head)")
-    q.add_argument("--resume", action="store_true", help="continue from OUT/ckpt")
-    q.add_argument("--no-shard", action="store_true", help="every process samples the whole batch (bit-exact with 1 process)")
-    q.add_argument("--quiet", action="store_true", help="no progress bar")
+    q.add_argument("--cache-dir", default=None, help=CACHE_HELP)
+    _train_parser(sub.add_parser("train", help="RL training with one of the algorithm presets"))
     q = sub.add_parser("eval", help="greedy held-out accuracy of a checkpoint")
-    task_args(q, model=True)
+    _task_args(q, model=True)
     q.add_argument("--n", type=int, default=200, help="test-split prompts (default 200)")
     q.add_argument("--max-new-tokens", type=int, default=None, help="default: the task's longest answer + EOS")
     q.add_argument("--seed", type=int, default=0)
@@ -185,41 +219,22 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--out", default="curves.png", help="PNG file (default curves.png)")
     q.add_argument("--keys", default=",".join(PLOT_KEYS), help=f"comma-separated metrics (default {','.join(PLOT_KEYS)})")
     q = sub.add_parser("demo", help="the main job: SFT warm start, then GRPO and DAPO on addition; curves and summary")
-    q.add_argument("--out", default="runs/demo", help="output directory (default runs/demo)")
-    q.add_argument("--cache-dir", default="runs/cache", help="SFT cache (default runs/cache)")
+    q.add_argument("--out", default="runs/demo", help="output directory (default runs/demo; its runs are replaced)")
+    q.add_argument("--cache-dir", default=None, help=CACHE_HELP)
     q.add_argument("--threads", type=int, default=1, help="torch threads (default 1: tiny models gain little from more, and lose much when the CPU is shared)")
     q.add_argument("--quick", action="store_true", help="tiny sizes, seconds (for tests)")
     q.add_argument("--sft", default=None, metavar="PATH", help="start from this SFT checkpoint instead of the cached warm start")
     q.add_argument("--quiet", action="store_true", help="no progress bars")
     return p
 
-def _run(a) -> int:
-    if a.cmd == "plot":
-        plot_runs(a.runs, a.out, keys=tuple(k for k in a.keys.split(",") if k)); print(a.out); return 0
-    if a.cmd == "demo":
-        if a.sft is not None and not os.path.isdir(a.sft): raise FileNotFoundError(f"--sft {a.sft!r}: no such directory")
-        print(demo(a.out, a.cache_dir, quick=a.quick, threads=a.threads, progress=not a.quiet, sft=a.sft)); return 0
-    from rl_notes.tasks import get_task
-    task = get_task(a.task, **_task_kw(a.task_arg))             # unknown task / bad options fail here, before any model work
-    if getattr(a, "model", None) is not None and not os.path.isdir(a.model):
-        raise FileNotFoundError(f"--model {a.model!r}: no such directory")
-    if a.cmd == "sft":
-        from rl_notes.models import sft_warm_start
-        print(sft_warm_start(task, model_cfg=dict(a.model_arg or []) or None, steps=a.steps, lr=a.lr, batch_size=a.batch_size, n_train=a.n_train,
-                             seed=a.seed, cache_dir=a.cache_dir)); return 0
-    if a.cmd == "eval":
-        from rl_notes.models import load_model
-        from rl_notes.rollout import evaluate
-        model, tok = load_model(a.model)
-        print(json.dumps(evaluate(model, tok, task, task.dataset(a.n, a.seed, "test"), max_new_tokens=a.max_new_tokens))); return 0
-    from rl_notes.trainer import TrainConfig, get_algo, train
-    algo = get_algo(a.algo, **dict(a.algo_set or []))
-    names = ("steps", "n_prompts", "group_size", "max_new_tokens", "lr", "critic_lr", "temperature", "ppo_epochs", "n_minibatches",
-             "n_eval", "n_train", "eval_every", "save_every", "warmup_steps", "seed", "threads")
-    cfg = TrainConfig(model=a.model, algo=algo, task=a.task, task_kw=_task_kw(a.task_arg),
-                      out_dir=a.out, resume=a.resume, shard_rollouts=not a.no_shard, progress=not a.quiet, critic_init=a.critic_init,
-                      **{k: getattr(a, k) for k in names})
-    from accelerate import Accelerator
+# %% ../nbs/18_cli.ipynb #2cb561f5
+def _train(a) -> int:
+    "`rl_notes train`: the config from the options (unset ones keep `TrainConfig`'s defaults), then `train` under accelerate."
+    from rl_notes.trainer import TrainConfig, get_algo, train  # heavy: torch and transformers
+    from accelerate import Accelerator  # heavy: loads torch.distributed
+    cfg = TrainConfig(model=a.model, algo=get_algo(a.algo, **dict(a.algo_set or [])), task=a.task, task_kw=_task_kw(a.task_arg),
+                      out_dir=a.out, resume=a.resume, overwrite=a.overwrite, shard_rollouts=not a.no_shard, progress=not a.quiet,
+                      critic_init=a.critic_init, **{k: getattr(a, k) for k, _, _ in TRAIN_OPTIONS if getattr(a, k) is not None})
     acc = Accelerator()
     rows = train(cfg, acc)
     acc.wait_for_everyone()
@@ -228,12 +243,32 @@ def _run(a) -> int:
     if last: print(f"held-out accuracy {last[0]['heldout_acc']:.3f} -> {last[-1]['heldout_acc']:.3f}; metrics in {a.out}/metrics.jsonl")
     return 0
 
+def _run(a) -> int:
+    if a.cmd == "plot":
+        plot_runs(a.runs, a.out, keys=tuple(k for k in a.keys.split(",") if k)); print(a.out); return 0
+    if a.cmd == "demo":
+        if a.sft is not None and not os.path.isdir(a.sft): raise FileNotFoundError(f"--sft {a.sft!r}: no such directory")
+        print(demo(a.out, a.cache_dir, quick=a.quick, threads=a.threads, progress=not a.quiet, sft=a.sft)); return 0
+    from rl_notes.tasks import get_task  # heavy: datasets and torch
+    task = get_task(a.task, **_task_kw(a.task_arg))             # unknown task / bad options fail here, before any model work
+    if getattr(a, "model", None) is not None and not os.path.isdir(a.model):
+        raise FileNotFoundError(f"--model {a.model!r}: no such directory")
+    if a.cmd == "sft":
+        from rl_notes.models import sft_warm_start  # heavy: transformers
+        print(sft_warm_start(task, model_cfg=_model_args(a.model_arg), steps=a.steps, lr=a.lr, batch_size=a.batch_size, n_train=a.n_train,
+                             seed=a.seed, cache_dir=a.cache_dir)); return 0
+    if a.cmd == "eval":
+        from rl_notes.models import load_model  # heavy: transformers
+        from rl_notes.rollout import evaluate  # heavy: transformers
+        model, tok = load_model(a.model)
+        print(json.dumps(evaluate(model, tok, task, task.dataset(a.n, a.seed, "test"), max_new_tokens=a.max_new_tokens))); return 0
+    return _train(a)
+
 def main(argv:list[str]|None=None) -> int:
     "Entry point of the `rl_notes` console script; returns the exit status."
-    from rl_notes.trainer import CheckpointError
     try:
         a = _parser().parse_args(argv)
         return _run(a)
-    except (UsageError, ValueError, FileNotFoundError, CheckpointError) as e:
+    except (UsageError, ValueError, FileNotFoundError) as e:   # ValueError covers ConfigError, CheckpointError, TrainingDiverged
         print(f"rl_notes: error: {e}", file=sys.stderr)
         return 2

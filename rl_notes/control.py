@@ -4,13 +4,13 @@
 
 # %% ../nbs/16_control.ipynb #0cd28ab8
 from __future__ import annotations
-import copy, math
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
+import numpy as np
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
-from .core import masked_mean
 from .ppo import gae_episodes, ppo_policy_loss, value_loss, explained_variance
+from .checkpoint import ConfigError, validate_config
 
 # %% auto #0
 __all__ = ['mlp', 'CategoricalHead', 'GaussianHead', 'ActorCritic', 'GymPPOConfig', 'train_ppo_gym']
@@ -81,90 +81,116 @@ class ActorCritic(nn.Module):
 @dataclass
 class GymPPOConfig:
     "Hyperparameters of `train_ppo_gym` (defaults: CleanRL's classic-control PPO)."
-    env_id:str = "CartPole-v1"
-    n_envs:int = 8  # environments stepped side by side
-    n_steps:int = 128  # steps per env per rollout
-    total_steps:int = 300_000  # environment steps budget
-    gamma:float = 0.99
-    lam:float = 0.95
-    lr:float = 2.5e-4
-    anneal_lr:bool = True  # linear decay to 0 over the budget
-    epochs:int = 4  # passes over each rollout
-    minibatch:int = 256  # samples per gradient step
-    eps:float = 0.2  # policy clip (eps_low = eps_high)
-    vclip:float|None = 0.2  # value clip (None: plain MSE)
-    ent_coef:float = 0.0
-    vf_coef:float = 0.5
-    max_grad_norm:float = 0.5
-    norm_adv:bool = True  # whiten advantages per minibatch
-    hidden:int = 64
-    reward_scale:float = 1.0  # multiply rewards before GAE (returns are reported unscaled)
-    solved:float|None = None  # stop once the mean of the last 100 training episodes reaches this
-    seed:int = 0
+    env_id: str = "CartPole-v1"
+    n_envs: int = field(default=8, metadata=dict(ge=1))  # environments stepped side by side
+    n_steps: int = field(default=128, metadata=dict(ge=1))  # steps per env per rollout
+    total_steps: int = field(default=300_000, metadata=dict(ge=1))  # environment steps budget (at least one rollout)
+    gamma: float = field(default=0.99, metadata=dict(ge=0, le=1))
+    lam: float = field(default=0.95, metadata=dict(ge=0, le=1))
+    lr: float = field(default=2.5e-4, metadata=dict(gt=0))
+    anneal_lr: bool = True  # linear decay to 0 over the budget
+    epochs: int = field(default=4, metadata=dict(ge=1))  # passes over each rollout
+    minibatch: int = field(default=256, metadata=dict(ge=1))  # samples per gradient step
+    eps: float = field(default=0.2, metadata=dict(gt=0, lt=1))  # policy clip (eps_low = eps_high)
+    vclip: float|None = field(default=0.2, metadata=dict(gt=0))  # value clip (None: plain MSE)
+    ent_coef: float = field(default=0.0, metadata=dict(ge=0))
+    vf_coef: float = field(default=0.5, metadata=dict(ge=0))
+    max_grad_norm: float = field(default=0.5, metadata=dict(gt=0))
+    norm_adv: bool = True  # whiten advantages per minibatch
+    hidden: int = field(default=64, metadata=dict(ge=1))
+    reward_scale: float = field(default=1.0, metadata=dict(gt=0))  # multiply rewards before GAE (returns are reported unscaled)
+    solved: float|None = None  # stop once the mean of the last 100 training episodes reaches this
+    seed: int = 0
 
+    def __post_init__(self):
+        validate_config(self)
+        if self.total_steps < self.n_envs * self.n_steps:
+            raise ConfigError(f"GymPPOConfig.total_steps must be >= n_envs * n_steps = {self.n_envs * self.n_steps} (one rollout), got {self.total_steps}")
+
+# %% ../nbs/16_control.ipynb #555f42be
+def _make_envs(cfg:GymPPOConfig):
+    "`cfg.n_envs` environments reset with seeds seed+i: (envs, continuous actions?, first observations (N, obs_dim), action size)."
+    import gymnasium as gym  # heavy (environment registry and its optional renderers): only when a run starts
+    envs = [gym.make(cfg.env_id) for _ in range(cfg.n_envs)]
+    cont = isinstance(envs[0].action_space, gym.spaces.Box)
+    act_dim = envs[0].action_space.shape[0] if cont else envs[0].action_space.n
+    obs = np.stack([e.reset(seed=cfg.seed + i)[0] for i, e in enumerate(envs)]).astype(np.float32)   # (N, obs_dim)
+    return envs, cont, obs, act_dim
+
+@torch.no_grad()
+def _rollout(ac:ActorCritic, envs:list, obs:np.ndarray, cont:bool, cfg:GymPPOConfig, ep_ret:list, episodes:list) -> dict:
+    "`cfg.n_steps` steps of every env with the current policy: (T, N, ...) tensors; `obs`, `ep_ret`, `episodes` are updated in place."
+    N, T, obs_dim = cfg.n_envs, cfg.n_steps, obs.shape[1]
+    O, O2 = np.zeros((T, N, obs_dim), np.float32), np.zeros((T, N, obs_dim), np.float32)
+    R, TERM, END = np.zeros((T, N), np.float32), np.zeros((T, N), bool), np.zeros((T, N), bool)
+    A, LP = [], []
+    for t in range(T):
+        d = ac.dist(torch.from_numpy(obs)); a = d.sample(); LP.append(d.log_prob(a))
+        A.append(a); O[t] = obs
+        a_env = (a.clamp(-1, 1).numpy() * envs[0].action_space.high) if cont else a.numpy()
+        for i, e in enumerate(envs):
+            o, r, term, trunc, _ = e.step(a_env[i] if cont else int(a_env[i]))
+            ep_ret[i] += r
+            R[t, i], TERM[t, i], END[t, i] = r, term, term or trunc
+            O2[t, i] = o                                       # the real next state (final obs if the episode ended)
+            if term or trunc:
+                episodes.append(ep_ret[i]); ep_ret[i] = 0.0
+                o, _ = e.reset()
+            obs[i] = o
+    return dict(O=torch.from_numpy(O), O2=torch.from_numpy(O2), A=torch.stack(A), LP=torch.stack(LP),
+                R=torch.from_numpy(R) * cfg.reward_scale, TERM=torch.from_numpy(TERM), END=torch.from_numpy(END))
+
+# %% ../nbs/16_control.ipynb #8ed1be27
+@torch.no_grad()
+def _gae_batch(ac:ActorCritic, b:dict, cfg:GymPPOConfig) -> dict:
+    "Values, GAE advantages and returns of a rollout `b`, every tensor flattened env-major to (N*T, ...)."
+    V, V2 = ac.value(b["O"]), ac.value(b["O2"])                                        # (T, N)
+    adv, ret = gae_episodes(b["R"].T, V.T, V2.T, b["TERM"].T, b["END"].T, cfg.gamma, cfg.lam)   # (N, T)
+    N, T = cfg.n_envs, cfg.n_steps
+    flat = lambda x: x.transpose(0, 1).reshape(N * T, *x.shape[2:])
+    return dict(O=flat(b["O"]), A=flat(b["A"]), LP=flat(b["LP"]), V=flat(V), adv=adv.reshape(-1), ret=ret.reshape(-1))
+
+def _ppo_epochs(ac:ActorCritic, opt, f:dict, cfg:GymPPOConfig) -> tuple[dict, torch.Tensor]:
+    "`cfg.epochs` passes of clipped PPO over shuffled minibatches of the flat batch `f`; the last minibatch's metrics and entropy."
+    n = f["adv"].shape[0]
+    for _ in range(cfg.epochs):
+        perm = torch.randperm(n)
+        for s in range(0, n, cfg.minibatch):
+            j = perm[s:s + cfg.minibatch]
+            d = ac.dist(f["O"][j])
+            a_j = f["adv"][j]
+            if cfg.norm_adv: a_j = (a_j - a_j.mean()) / (a_j.std() + 1e-8)
+            one = torch.ones(1, len(j), dtype=torch.bool)
+            pg, pm = ppo_policy_loss(d.log_prob(f["A"][j])[None], f["LP"][j][None], a_j[None], one, cfg.eps, cfg.eps)
+            vl, vm = value_loss(ac.value(f["O"][j])[None], f["V"][j][None], f["ret"][j][None], one, clip=cfg.vclip)
+            ent = d.entropy().mean()
+            # $L = L^{\text{clip}} - c_2\,H[\pi] + c_1\,L^{V}$
+            loss = pg - cfg.ent_coef * ent + cfg.vf_coef * vl
+            opt.zero_grad(); loss.backward()
+            nn.utils.clip_grad_norm_(ac.parameters(), cfg.max_grad_norm); opt.step()
+    return pm, ent.detach()
+
+# %% ../nbs/16_control.ipynb #86056793
 def train_ppo_gym(cfg:GymPPOConfig,  # hyperparameters
                   log_every:int=10,  # print every this many updates (0: silent)
                  ) -> dict:
     "Train an MLP actor-critic with PPO on a gymnasium environment; returns the history and the model."
-    import gymnasium as gym
     torch.manual_seed(cfg.seed)
-    envs = [gym.make(cfg.env_id) for _ in range(cfg.n_envs)]
-    cont = isinstance(envs[0].action_space, gym.spaces.Box)
-    obs_dim = envs[0].observation_space.shape[0]
-    act_dim = envs[0].action_space.shape[0] if cont else envs[0].action_space.n
-    ac = ActorCritic(obs_dim, act_dim, continuous=cont, hidden=cfg.hidden)
+    envs, cont, obs, act_dim = _make_envs(cfg)
+    ac = ActorCritic(obs.shape[1], act_dim, continuous=cont, hidden=cfg.hidden)
     opt = torch.optim.Adam(ac.parameters(), lr=cfg.lr, eps=1e-5)
-    import numpy as np
-    obs = np.stack([e.reset(seed=cfg.seed + i)[0] for i, e in enumerate(envs)]).astype(np.float32)   # (N, obs_dim)
     N, T = cfg.n_envs, cfg.n_steps
-    ep_ret = [0.0] * N
+    ep_ret, n_updates, step = [0.0] * N, cfg.total_steps // (N * T), 0
     hist = dict(step=[], ret100=[], ev=[], approx_kl=[], clipfrac=[], entropy=[], episodes=[])
-    n_updates, step = cfg.total_steps // (N * T), 0
     for upd in range(n_updates):
         if cfg.anneal_lr: opt.param_groups[0]["lr"] = cfg.lr * (1 - upd / n_updates)
-        O, O2 = np.zeros((T, N, obs_dim), np.float32), np.zeros((T, N, obs_dim), np.float32)
-        R, TERM, END = np.zeros((T, N), np.float32), np.zeros((T, N), bool), np.zeros((T, N), bool)
-        B_act, B_logp = [], []
-        for t in range(T):                                         # ---- rollout with the current policy
-            with torch.no_grad():
-                d = ac.dist(torch.from_numpy(obs)); a = d.sample(); B_logp.append(d.log_prob(a))
-            B_act.append(a); O[t] = obs
-            a_env = (a.clamp(-1, 1).numpy() * envs[0].action_space.high) if cont else a.numpy()
-            for i, e in enumerate(envs):
-                o, r, term, trunc, _ = e.step(a_env[i] if cont else int(a_env[i]))
-                ep_ret[i] += r
-                R[t, i], TERM[t, i], END[t, i] = r, term, term or trunc
-                O2[t, i] = o                                       # the real next state (final obs if the episode ended)
-                if term or trunc:
-                    hist["episodes"].append(ep_ret[i]); ep_ret[i] = 0.0
-                    o, _ = e.reset()
-                obs[i] = o
+        f = _gae_batch(ac, _rollout(ac, envs, obs, cont, cfg, ep_ret, hist["episodes"]), cfg)
         step += N * T
-        O, O2, A, LP = torch.from_numpy(O), torch.from_numpy(O2), torch.stack(B_act), torch.stack(B_logp)   # (T, N, ...)
-        R, TERM, END = torch.from_numpy(R) * cfg.reward_scale, torch.from_numpy(TERM), torch.from_numpy(END)
-        with torch.no_grad():
-            V, V2 = ac.value(O), ac.value(O2)                      # (T, N)
-            adv, ret = gae_episodes(R.T, V.T, V2.T, TERM.T, END.T, cfg.gamma, cfg.lam)   # (N, T)
-        flat = lambda x: x.transpose(0, 1).reshape(N * T, *x.shape[2:])
-        O, A, LP, V, adv, ret = flat(O), flat(A), flat(LP), flat(V), adv.reshape(-1), ret.reshape(-1)
-        for _ in range(cfg.epochs):                                # ---- PPO epochs over minibatches
-            perm = torch.randperm(N * T)
-            for s in range(0, N * T, cfg.minibatch):
-                j = perm[s:s + cfg.minibatch]
-                d = ac.dist(O[j])
-                a_j = adv[j]
-                if cfg.norm_adv: a_j = (a_j - a_j.mean()) / (a_j.std() + 1e-8)
-                one = torch.ones(1, len(j), dtype=torch.bool)
-                pg, pm = ppo_policy_loss(d.log_prob(A[j])[None], LP[j][None], a_j[None], one, cfg.eps, cfg.eps)
-                vl, vm = value_loss(ac.value(O[j])[None], V[j][None], ret[j][None], one, clip=cfg.vclip)
-                ent = d.entropy().mean()
-                loss = pg - cfg.ent_coef * ent + cfg.vf_coef * vl
-                opt.zero_grad(); loss.backward()
-                nn.utils.clip_grad_norm_(ac.parameters(), cfg.max_grad_norm); opt.step()
-        ev = float(explained_variance(V[None], ret[None], torch.ones(1, N * T, dtype=torch.bool)))
+        pm, ent = _ppo_epochs(ac, opt, f, cfg)
+        ev = float(explained_variance(f["V"][None], f["ret"][None], torch.ones(1, N * T, dtype=torch.bool)))
         r100 = sum(hist["episodes"][-100:]) / max(1, len(hist["episodes"][-100:]))
         for k, x in (("step", step), ("ret100", r100), ("ev", ev), ("approx_kl", float(pm["approx_kl"])),
-                     ("clipfrac", float(pm["clipfrac"])), ("entropy", float(ent.detach()))): hist[k].append(x)
+                     ("clipfrac", float(pm["clipfrac"])), ("entropy", float(ent))): hist[k].append(x)
         if log_every and (upd % log_every == 0 or upd == n_updates - 1):
             print(f"update {upd:4d} step {step:7d}  return(last 100 ep) {r100:8.1f}  EV {ev:+.2f}  "
                   f"approx_kl {hist['approx_kl'][-1]:.4f}  clipfrac {hist['clipfrac'][-1]:.3f}  entropy {hist['entropy'][-1]:.3f}")

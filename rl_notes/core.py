@@ -4,18 +4,21 @@
 
 # %% ../nbs/00_core.ipynb #217dc23e
 from __future__ import annotations
-import math
+import math, threading
+from collections.abc import Callable
 import torch
-import torch.nn.functional as F
 
 # %% auto #0
-__all__ = ['AGG_MODES', 'KL_KINDS', 'check_shapes', 'masked_sum', 'masked_mean', 'masked_var', 'masked_whiten', 'agg_loss',
-           'logprobs_from_logits', 'logprobs_and_entropy', 'kl_penalty']
+__all__ = ['AGG_MODES', 'KL_KINDS', 'check_shapes', 'masked_sum', 'masked_mean', 'masked_var', 'masked_whiten', 'lockstep',
+           'agg_loss', 'logprobs_from_logits', 'logprobs_and_entropy', 'kl_penalty']
 
 # %% ../nbs/00_core.ipynb #355fc4e7
-def _check_mask(x:torch.Tensor, mask:torch.Tensor, xname:str='x'):
-    "Raise a ValueError unless `mask` is a tensor of the shape of `x`; return it as bool."
+def _check_mask(x:torch.Tensor, mask:torch.Tensor, xname:str='x', dim:int|None=None):
+    "Raise a ValueError unless `x` and `mask` are tensors of one shape (and `dim` one of their dims); return the mask as bool."
+    if not isinstance(x, torch.Tensor): raise ValueError(f"`{xname}` must be a torch.Tensor, got {type(x).__name__}")
     if not isinstance(mask, torch.Tensor): raise ValueError(f"`mask` must be a torch.Tensor, got {type(mask).__name__}")
+    if dim is not None and not -max(x.dim(), 1) <= dim < max(x.dim(), 1):
+        raise ValueError(f"`dim` must be a dimension of `{xname}` (shape {tuple(x.shape)}), got {dim}")
     if mask.shape != x.shape:
         raise ValueError(f"`mask` must have the shape of `{xname}` {tuple(x.shape)}, got {tuple(mask.shape)}")
     return mask if mask.dtype == torch.bool else mask != 0
@@ -26,6 +29,7 @@ def check_shapes(ref:torch.Tensor,  # the tensor the others must match
                 ):
     "Raise a ValueError naming the first of `others` whose shape differs from `ref`'s."
     for name, x in others.items():
+        if x is not None and not isinstance(x, torch.Tensor): raise ValueError(f"`{name}` must be a torch.Tensor, got {type(x).__name__}")
         if x is not None and x.shape != ref.shape:
             raise ValueError(f"`{name}` must have the shape of `{ref_name}` {tuple(ref.shape)}, got {tuple(x.shape)}")
 
@@ -34,7 +38,7 @@ def masked_sum(x:torch.Tensor,  # values, any shape
                dim:int|None=None,  # dimension to reduce; None reduces everything
               ) -> torch.Tensor:
     "Sum of `x` over the positions where `mask` is set (masked values, even NaN, are ignored)."
-    m = _check_mask(x, mask)
+    m = _check_mask(x, mask, dim=dim)
     # where(), not x*mask: 0*NaN would be NaN
     xm = torch.where(m, x, torch.zeros((), dtype=x.dtype, device=x.device))
     return xm.sum() if dim is None else xm.sum(dim)
@@ -45,7 +49,7 @@ def masked_mean(x:torch.Tensor,  # values, any shape
                 dim:int|None=None,  # dimension to reduce; None reduces everything
                ) -> torch.Tensor:
     "Mean of `x` over masked positions; an empty slice gives 0 (documented, not NaN)."
-    m = _check_mask(x, mask)
+    m = _check_mask(x, mask, dim=dim)
     n = m.sum() if dim is None else m.sum(dim)
     return masked_sum(x, m, dim) / n.clamp(min=1).to(x.dtype)
 
@@ -56,7 +60,7 @@ def masked_var(x:torch.Tensor,  # values, any shape
                unbiased:bool=True,  # Bessel's correction n/(n-1), as verl and TRL use
               ) -> torch.Tensor:
     "Variance of `x` over masked positions. dim=None raises on too few elements; a slice along `dim` with too few gives 0."
-    m = _check_mask(x, mask)
+    m = _check_mask(x, mask, dim=dim)
     n = m.sum() if dim is None else m.sum(dim)
     need = 2 if unbiased else 1
     if dim is None and int(n) < need:
@@ -68,18 +72,59 @@ def masked_var(x:torch.Tensor,  # values, any shape
     return var if dim is None else torch.where(n >= need, var, torch.zeros_like(var))
 
 # %% ../nbs/00_core.ipynb #ca40e90b
+def _reduced(reduce:Callable, t:torch.Tensor) -> torch.Tensor:
+    "Sum of `t` (detached, float64) over all data-parallel processes by the caller's `reduce`, back on `t`'s device."
+    return reduce(t.detach().double()).to(t.device)
+
 def masked_whiten(x:torch.Tensor,  # values, e.g. advantages (B, T)
                   mask:torch.Tensor,  # same shape as `x`
                   shift_mean:bool=True,  # False keeps the mean (only rescales), as TRL/verl offer
                   eps:float=1e-8,  # added to the variance before the square root
+                  reduce:Callable|None=None,  # reduce(t) -> elementwise sum of t over all data-parallel processes (float64 statistics; < 2 tokens in all: `x` unchanged); None: this process only
                  ) -> torch.Tensor:
     "Normalise `x` to zero mean and unit variance over masked positions; masked positions are set to 0."
     m = _check_mask(x, mask)
-    mean, var = masked_mean(x, m), masked_var(x, m)
-    # $\hat x = (x - \mu) / \sqrt{\sigma^2 + \epsilon}$
-    w = (x - mean) * torch.rsqrt(var + eps)
+    if reduce is None:
+        mean, var = masked_mean(x, m), masked_var(x, m)
+        # $\hat x = (x - \mu) / \sqrt{\sigma^2 + \epsilon}$
+        w = (x - mean) * torch.rsqrt(var + eps)
+        if not shift_mean: w = w + mean
+        return torch.where(m, w, torch.zeros_like(w))
+    # data parallel, in float64: count and sum over every process, then the centred sum of squares
+    xd = x.double()
+    n, s = _reduced(reduce, torch.stack([m.sum().double(), masked_sum(xd, m)]))
+    if n < 2: return x                                             # fewer than 2 tokens on all processes together: unchanged
+    mean = s / n
+    # $\sigma^2 = \frac{1}{n-1}\sum_{\text{all processes}} (x - \mu)^2$ (Bessel-corrected, as `masked_var`)
+    var = _reduced(reduce, masked_sum((xd - mean) ** 2, m)) / (n - 1)
+    w = (xd - mean) * torch.rsqrt(var + eps)
     if not shift_mean: w = w + mean
+    w = w.to(x.dtype)
     return torch.where(m, w, torch.zeros_like(w))
+
+# %% ../nbs/00_core.ipynb #249f971d
+def lockstep(fns:list[Callable],  # fns[i](reduce) is the code of "process" i; it may call reduce any number of times
+            ) -> list:  # the W return values, in order
+    "Run W functions in W threads in lockstep: each call of `reduce(t)` returns the sum of the W tensors passed to it."
+    W = len(fns)
+    slot, out, err = [None] * W, [None] * W, []
+    bar = threading.Barrier(W)
+    def run(i):
+        def reduce(t):
+            slot[i] = t
+            bar.wait()
+            s = slot[0].clone()
+            for u in slot[1:]: s = s + u.to(s.device)                # the same order on every thread
+            bar.wait()
+            return s
+        try: out[i] = fns[i](reduce)
+        except BaseException as e: err.append(e); bar.abort()
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(W)]
+    for t in threads: t.start()
+    for t in threads: t.join()
+    real = [e for e in err if not isinstance(e, threading.BrokenBarrierError)]
+    if err: raise (real or err)[0]
+    return out
 
 # %% ../nbs/00_core.ipynb #c3d69033
 AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
@@ -97,16 +142,17 @@ def agg_loss(loss_mat:torch.Tensor,  # per-token loss (B, T)
     tok_sum = masked_sum(loss_mat, m, dim=-1)                      # (B,)
     n_tok = m.sum(-1)                                              # (B,)
     if mode == "token-mean":
-        if global_tokens is not None and not global_tokens > 0:
-            raise ValueError(f"`global_tokens` must be > 0, got {global_tokens}")
+        if global_tokens is not None and not (global_tokens > 0 and math.isfinite(global_tokens)):
+            raise ValueError(f"`global_tokens` must be > 0 and finite, got {global_tokens}")
         denom = global_tokens if global_tokens is not None else n_tok.sum().clamp(min=1)
         # $\mathcal{L} = \frac{1}{\sum_i |o_i|}\sum_i \sum_t \ell_{i,t}$
         return tok_sum.sum() / denom
     if mode == "seq-mean-token-sum-norm":
-        L = loss_mat.shape[-1] if max_tokens is None else max_tokens
-        if not L > 0: raise ValueError(f"`max_tokens` must be > 0, got {max_tokens}")
-        # $\mathcal{L} = \frac{1}{B L_{\max}}\sum_i \sum_t \ell_{i,t}$
-        return tok_sum.sum() / (loss_mat.shape[0] * L)
+        if max_tokens is not None and not (max_tokens > 0 and math.isfinite(max_tokens)):
+            raise ValueError(f"`max_tokens` must be > 0 and finite, got {max_tokens}")
+        L = max(loss_mat.shape[-1], 1) if max_tokens is None else max_tokens
+        # $\mathcal{L} = \frac{1}{B L_{\max}}\sum_i \sum_t \ell_{i,t}$ (an empty batch, B = 0, gives 0 like the other modes)
+        return tok_sum.sum() / (max(loss_mat.shape[0], 1) * L)
     seq_ok = n_tok > 0                                             # (B,) sequences that have tokens
     if mode == "seq-mean-token-mean":
         # $\mathcal{L} = \frac{1}{B}\sum_i \frac{1}{|o_i|}\sum_t \ell_{i,t}$
@@ -124,6 +170,11 @@ def _raise_bad_rows(bad:torch.Tensor, start:int, what:str):
     i = int(bad.nonzero()[0, 0]) + start
     raise ValueError(f"`logits` has {what} at flattened row {i}: NaN/+inf logits, or a label whose logit is -inf")
 
+def _bad_rows(bad:torch.Tensor, valid:torch.Tensor, start:int, dead:torch.Tensor):
+    "Rows with non-finite values: an error where the label counts; ignored rows are only marked `dead` (0 out, 0 gradient)."
+    if (bad & valid).any(): _raise_bad_rows(bad & valid, start, "a non-finite value")
+    dead[start:start + bad.shape[0]] = bad
+
 class _LogpEntropy(torch.autograd.Function):
     "Chunked log p(label) and entropy with a recomputing backward (see the markdown above)."
     @staticmethod
@@ -136,6 +187,7 @@ class _LogpEntropy(torch.autograd.Function):
         lp = torch.empty(N, dtype=torch.float32, device=logits.device)
         ent = torch.empty(N, dtype=torch.float32, device=logits.device) if with_entropy else None
         lse_all = torch.empty(N, dtype=torch.float32, device=logits.device)
+        dead = torch.zeros(N, dtype=torch.bool, device=logits.device)  # ignored rows with NaN/inf logits
         for s in range(0, N, chunk):
             z = flat[s:s+chunk].float()
             if temperature != 1.0: z = z / temperature
@@ -146,7 +198,7 @@ class _LogpEntropy(torch.autograd.Function):
             lse = m.squeeze(-1) + se.log()
             sel = z.gather(-1, safe[s:s+chunk, None]).squeeze(-1)
             bad = ~torch.isfinite(lse) | ~torch.isfinite(sel)
-            if bad.any(): _raise_bad_rows(bad, s, "a non-finite value")
+            if bad.any(): _bad_rows(bad, valid[s:s+chunk], s, dead)
             lp[s:s+chunk] = sel - lse
             lse_all[s:s+chunk] = lse
             if with_entropy:
@@ -157,15 +209,17 @@ class _LogpEntropy(torch.autograd.Function):
                 if torch.isnan(eds).any(): eds = torch.nan_to_num_(ed, nan=0.).sum(-1)
                 ent[s:s+chunk] = se.log() - eds / se
         lp = torch.where(valid, lp, torch.zeros_like(lp))
-        ctx.save_for_backward(logits, safe, valid, lse_all, ent if with_entropy else lse_all)
-        ctx.cfg = (chunk, temperature, with_entropy)
+        any_dead = bool(dead.any())
+        if any_dead and with_entropy: ent.masked_fill_(dead, 0.)
+        ctx.save_for_backward(logits, safe, valid, lse_all, ent if with_entropy else lse_all, dead)
+        ctx.cfg = (chunk, temperature, with_entropy, any_dead)
         shape = labels.shape
         return (lp.view(shape), ent.view(shape)) if with_entropy else lp.view(shape)
 
     @staticmethod
     def backward(ctx, g_lp, g_ent=None):
-        logits, safe, valid, lse_all, ent = ctx.saved_tensors
-        chunk, temperature, with_entropy = ctx.cfg
+        logits, safe, valid, lse_all, ent, dead = ctx.saved_tensors
+        chunk, temperature, with_entropy, any_dead = ctx.cfg
         V = logits.shape[-1]
         flat = logits.reshape(-1, V)
         N = flat.shape[0]
@@ -190,16 +244,25 @@ class _LogpEntropy(torch.autograd.Function):
                 p.mul_(coef).neg_()
             p[rows[:n], safe[s:s+n]] += g_lp[s:s+n]
             if temperature != 1.0: p.div_(temperature)
+            if any_dead: p.masked_fill_(dead[s:s+n, None], 0.)
             grad[s:s+n] = p
         return grad.view(logits.shape), None, None, None, None, None
 
-def _check_logits(logits, labels, chunk_size, temperature):
+def _check_logits(logits, labels, chunk_size, temperature, ignore_index):
     if not isinstance(logits, torch.Tensor) or logits.dim() < 2:
         raise ValueError(f"`logits` must be a tensor (..., V), got {getattr(logits, 'shape', type(logits))}")
+    V = logits.shape[-1]
+    if V == 0: raise ValueError(f"`logits` must have a vocabulary dimension V >= 1, got shape {tuple(logits.shape)}")
+    if not isinstance(labels, torch.Tensor): raise ValueError(f"`labels` must be a torch.Tensor, got {type(labels).__name__}")
     if labels.shape != logits.shape[:-1]:
         raise ValueError(f"`labels` must have shape {tuple(logits.shape[:-1])} (logits without V), got {tuple(labels.shape)}")
     if labels.dtype not in (torch.int64, torch.int32): raise ValueError(f"`labels` must be integer, got {labels.dtype}")
-    if not temperature > 0: raise ValueError(f"`temperature` must be > 0, got {temperature}")
+    out = (labels != ignore_index) & ((labels < 0) | (labels >= V))
+    if out.any():
+        i = int(out.view(-1).nonzero()[0, 0])
+        raise ValueError(f"`labels` must lie in [0, V) = [0, {V}) or equal `ignore_index`={ignore_index}, "
+                         f"got {int(labels.reshape(-1)[i])} at flattened position {i}")
+    if not (temperature > 0 and math.isfinite(temperature)): raise ValueError(f"`temperature` must be > 0 and finite, got {temperature}")
     if chunk_size is not None and chunk_size < 1: raise ValueError(f"`chunk_size` must be >= 1, got {chunk_size}")
     return chunk_size or _default_chunk(logits.shape[-1])
 
@@ -207,20 +270,20 @@ def logprobs_from_logits(logits:torch.Tensor,  # (B, T, V) (or any (..., V)); fp
                          labels:torch.Tensor,  # (B, T) token ids whose log-prob is wanted
                          chunk_size:int|None=None,  # rows per chunk; default about 2 MB of float32
                          temperature:float=1.0,  # logits are divided by it (use the sampling temperature)
-                         ignore_index:int=-100,  # labels equal to it get log-prob 0 and no gradient
+                         ignore_index:int=-100,  # labels equal to it get log-prob 0 and no gradient (their logits may be NaN)
                         ) -> torch.Tensor:
     "Per-token log p(label), float32 (B, T), without materialising a second (B, T, V) tensor."
-    chunk = _check_logits(logits, labels, chunk_size, temperature)
+    chunk = _check_logits(logits, labels, chunk_size, temperature, ignore_index)
     return _LogpEntropy.apply(logits, labels.long(), chunk, float(temperature), False, ignore_index)
 
 def logprobs_and_entropy(logits:torch.Tensor,  # (B, T, V) (or any (..., V))
                          labels:torch.Tensor,  # (B, T) token ids
                          chunk_size:int|None=None,  # rows per chunk
                          temperature:float=1.0,  # logits are divided by it
-                         ignore_index:int=-100,  # labels equal to it get log-prob 0 (entropy is still computed)
+                         ignore_index:int=-100,  # labels equal to it get log-prob 0 (entropy is still computed; 0 where their logits are NaN/inf)
                         ) -> tuple[torch.Tensor, torch.Tensor]:
     "Per-token log p(label) and the entropy of the predictive distribution, both float32 (B, T), in one pass."
-    chunk = _check_logits(logits, labels, chunk_size, temperature)
+    chunk = _check_logits(logits, labels, chunk_size, temperature, ignore_index)
     return _LogpEntropy.apply(logits, labels.long(), chunk, float(temperature), True, ignore_index)
 
 # %% ../nbs/00_core.ipynb #9cb68f2e

@@ -4,14 +4,14 @@
 
 # %% ../nbs/04_dapo.ipynb #ca549156
 from __future__ import annotations
+import math
 from collections.abc import Callable
 import torch
-from .core import agg_loss
-from .grpo import grpo_loss, group_advantages, _check_groups
+from .grpo import grpo_loss, _check_groups
 
 # %% auto #0
-__all__ = ['max_prob_after_clip', 'filter_groups', 'dynamic_sample', 'overlong_filter_mask', 'soft_overlong_punishment',
-           'dapo_loss']
+__all__ = ['FILL_MODES', 'max_prob_after_clip', 'filter_groups', 'dynamic_sample', 'overlong_filter_mask',
+           'soft_overlong_punishment', 'dapo_loss']
 
 # %% ../nbs/04_dapo.ipynb #c96991fb
 def max_prob_after_clip(p_old:torch.Tensor,  # old probabilities of a token, in [0, 1]
@@ -19,8 +19,9 @@ def max_prob_after_clip(p_old:torch.Tensor,  # old probabilities of a token, in 
                        ) -> torch.Tensor:
     "Largest probability a token can reach in one clipped update, min(1, p_old * (1 + eps_high))."
     p_old = torch.as_tensor(p_old, dtype=torch.float64)
-    if ((p_old < 0) | (p_old > 1)).any(): raise ValueError(f"`p_old` must lie in [0, 1], got min {p_old.min().item()}, max {p_old.max().item()}")
-    if not eps_high >= 0: raise ValueError(f"`eps_high` must be >= 0, got {eps_high}")
+    if not ((p_old >= 0) & (p_old <= 1)).all():                     # NaN fails too
+        raise ValueError(f"`p_old` must lie in [0, 1], got min {p_old.min().item()}, max {p_old.max().item()}")
+    if not (eps_high >= 0 and math.isfinite(eps_high)): raise ValueError(f"`eps_high` must be >= 0 and finite, got {eps_high}")
     # $p_{\max} = \min(1,\ p_{\text{old}}(1 + \varepsilon_{\text{high}}))$
     return (p_old * (1 + eps_high)).clamp(max=1.0)
 
@@ -58,40 +59,65 @@ def _concat(parts:list):
     if isinstance(x, (list, tuple)): return [e for p in parts for e in p]
     raise ValueError(f"cannot concatenate {type(x).__name__} batches; pass `concat=` to dynamic_sample")
 
+# %% ../nbs/04_dapo.ipynb #2c7a9516
+FILL_MODES = ("none", "filtered")
+
+def _fillers(informative:list, need:int) -> list:
+    "Per round, the filtered-out groups that complete the batch: the latest round's first, in order within a round."
+    out = [informative[0].nonzero().view(-1)[:0] for _ in informative]
+    for p in reversed(range(len(informative))):
+        if need <= 0: break
+        out[p] = (~informative[p]).nonzero().view(-1)[:need]
+        need -= out[p].numel()
+    return out
+
 def dynamic_sample(sample_fn:Callable,  # sample_fn(round) -> rewards (B,) or (rewards, batch); batch is indexed per sample
                    target_groups:int,  # number of informative groups wanted
                    group_size:int,  # G, samples per prompt, groups adjacent in each round's output
                    max_rounds:int=10,  # bound on the number of calls of `sample_fn`
-                   on_exhaust:str="error",  # at the bound: "error" raises RuntimeError; "partial" returns what was kept
+                   on_exhaust:str="error",  # still short at the bound: "error" raises RuntimeError; "partial" returns what it has
                    select:Callable|None=None,  # select(batch, idx) -> rows idx; default: tensors, lists, dicts, objects with .select
                    concat:Callable|None=None,  # concat(list of batches) -> batch; default: cat (right-pad dim 1 with 0), or type(batch).concat
+                   fill:str="none",  # at the bound: "none" keeps informative groups only; "filtered" completes the batch with filtered-out groups
                   ) -> tuple:  # (rewards (n*G,), batch or None, stats dict)
     "DAPO's dynamic sampling: over-sample until `target_groups` groups with non-equal rewards are collected."
     if not (isinstance(target_groups, int) and target_groups >= 1): raise ValueError(f"`target_groups` must be an int >= 1, got {target_groups!r}")
     if not (isinstance(max_rounds, int) and max_rounds >= 1): raise ValueError(f"`max_rounds` must be an int >= 1, got {max_rounds!r}")
     if on_exhaust not in ("error", "partial"): raise ValueError(f"`on_exhaust` must be 'error' or 'partial', got {on_exhaust!r}")
+    if fill not in FILL_MODES: raise ValueError(f"`fill` must be one of {FILL_MODES}, got {fill!r}")
     select, concat = select or _select, concat or _concat
-    kept_r, kept_b, n_kept, n_gen, n_inf, has_batch = [], [], 0, 0, 0, None
+    rounds, n_kept, n_gen, n_inf = [], 0, 0, 0
     for rnd in range(max_rounds):
         out = sample_fn(rnd)
         rewards, batch = (out if isinstance(out, tuple) else (out, None))
-        has_batch = batch is not None
         keep = filter_groups(rewards, group_size)                  # (B,)
+        if rnd == 0: first = dict(rewards=rewards, batch=batch, keep=keep)
         n_gen += rewards.numel()
         n_inf += int(keep.sum())
-        idx = keep.nonzero().view(-1)[: (target_groups - n_kept) * group_size]  # drop the surplus of the last round
-        kept_r.append(rewards[idx])
-        if has_batch: kept_b.append(select(batch, idx))
-        n_kept += idx.numel() // group_size
+        informative = keep.view(-1, group_size)[:, 0]              # (n_groups,)
+        kept = informative.nonzero().view(-1)[:target_groups - n_kept]   # drop the surplus of the last round
+        rounds.append([rewards, batch, informative, kept])
+        n_kept += kept.numel()
         if n_kept == target_groups: break
-    stats = dict(rounds=rnd + 1, gen_samples=n_gen, kept_groups=n_kept, full=n_kept == target_groups,
+    fillers = _fillers([r[2] for r in rounds], target_groups - n_kept) if fill == "filtered" else [kept[:0] for _ in rounds]
+    n_fill = sum(f.numel() for f in fillers)
+    # each round's kept groups, then its filler groups; rounds in the order they were sampled
+    parts = [(r, b, torch.cat([k, f])) for (r, b, _, k), f in zip(rounds, fillers)]
+    parts = [p for p in parts if p[2].numel()] or parts            # rounds that contribute (all if none does)
+    picked = [(r, b, (g[:, None] * group_size + torch.arange(group_size, device=g.device)).view(-1)) for r, b, g in parts]
+    has_batch = rounds[-1][1] is not None
+    stats = dict(rounds=len(rounds), gen_samples=n_gen, kept_groups=n_kept, filler_groups=n_fill, full=n_kept == target_groups,
                  gen_ratio=n_gen / (target_groups * group_size),  # samples generated per sample trained on
-                 accept_rate=n_inf / n_gen)                       # share of generated groups that were informative
-    if not stats["full"] and on_exhaust == "error":
+                 accept_rate=n_inf / n_gen,                       # share of generated groups that were informative
+                 first_round=first)                               # round 0 before filtering: rewards, batch, keep (B,)
+    if n_kept + n_fill < target_groups and on_exhaust == "error":
+        filled = f", {n_fill} filler groups" if fill == "filtered" else ""
         raise RuntimeError(f"dynamic_sample: only {n_kept} of {target_groups} informative groups after max_rounds={max_rounds} "
-                           f"({n_gen} samples generated); the task may be too hard or already solved. Raise `max_rounds` "
-                           "or pass on_exhaust='partial'")
-    return torch.cat(kept_r), (concat(kept_b) if has_batch else None), stats
+                           f"({n_gen} samples generated{filled}); the task may be too hard or already solved. "
+                           "Raise `max_rounds` or pass on_exhaust='partial'")
+    batches = [select(b, idx) for _, b, idx in picked] if has_batch else None
+    return (torch.cat([r[idx] for r, _, idx in picked]),
+            (batches[0] if len(batches) == 1 else concat(batches)) if has_batch else None, stats)
 
 # %% ../nbs/04_dapo.ipynb #99df925c
 def overlong_filter_mask(truncated:torch.Tensor,  # (B,) bool, True where generation hit the length limit
@@ -113,7 +139,7 @@ def soft_overlong_punishment(lengths:torch.Tensor,  # (B,) response lengths in t
     if not (isinstance(max_len, int) and max_len >= 1): raise ValueError(f"`max_len` must be an int >= 1, got {max_len!r}")
     if not (isinstance(cache_len, int) and 0 <= cache_len <= max_len):
         raise ValueError(f"`cache_len` must be an int in [0, max_len={max_len}], got {cache_len!r}")
-    if (lengths < 0).any(): raise ValueError(f"`lengths` must be >= 0, got min {lengths.min().item()}")
+    if not (lengths >= 0).all(): raise ValueError(f"`lengths` must be >= 0, got min {lengths.min().item()}")
     l = lengths.double()
     start = max_len - cache_len
     # $R = ((L_{\max} - L_{\text{cache}}) - |y|) / L_{\text{cache}}$ on the ramp

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import torch
 import torch.nn.functional as F
-from .core import masked_sum, masked_mean, logprobs_from_logits
+from .core import masked_sum, logprobs_from_logits
 
 # %% auto #0
 __all__ = ['REDUCTIONS', 'DPO_LOSS_TYPES', 'PAIR_KEYS', 'sequence_logps', 'dpo_loss', 'simpo_loss', 'collate_pairs',
@@ -23,6 +23,7 @@ def sequence_logps(token_logps:torch.Tensor,  # per-token log-probs of the answe
     "Log-probability of each sequence (B,): the masked sum of its token log-probs, or their masked mean."
     if not isinstance(token_logps, torch.Tensor) or token_logps.dim() != 2:
         raise ValueError(f"`token_logps` must be a (B, T) tensor, got {getattr(token_logps, 'shape', type(token_logps))}")
+    if not token_logps.is_floating_point(): raise ValueError(f"`token_logps` must be a floating-point tensor, got {token_logps.dtype}")
     if reduction not in REDUCTIONS: raise ValueError(f"unknown `reduction` {reduction!r}; expected one of {REDUCTIONS}")
     s = masked_sum(token_logps, mask, dim=-1)                      # (B,); raises on a mask of the wrong shape
     n = (mask != 0).sum(-1)                                        # (B,) answer lengths
@@ -37,6 +38,10 @@ DPO_LOSS_TYPES = ("sigmoid", "ipo", "hinge", "robust")
 def _check_seq(x, name:str):
     if not isinstance(x, torch.Tensor) or x.dim() != 1:
         raise ValueError(f"`{name}` must be a 1-D tensor (B,) of sequence log-probs, got {getattr(x, 'shape', type(x))}")
+    if not x.is_floating_point(): raise ValueError(f"`{name}` must be a floating-point tensor of log-probs, got {x.dtype}")
+
+def _check_beta(beta):
+    if not (beta > 0 and math.isfinite(beta)): raise ValueError(f"`beta` must be > 0 and finite, got {beta}")
 
 def _check_pairs(chosen_logps, rejected_logps, **refs):
     _check_seq(chosen_logps, 'chosen_logps'); _check_seq(rejected_logps, 'rejected_logps')
@@ -65,7 +70,7 @@ def dpo_loss(chosen_logps:torch.Tensor,  # log pi_theta(y_w|x) (B,), e.g. from `
             ) -> tuple[torch.Tensor, dict]:
     "Mean DPO loss over preference pairs, and metrics from the implicit rewards beta*log(pi/pi_ref)."
     _check_pairs(chosen_logps, rejected_logps, ref_chosen_logps=ref_chosen_logps, ref_rejected_logps=ref_rejected_logps)
-    if not beta > 0: raise ValueError(f"`beta` must be > 0, got {beta}")
+    _check_beta(beta)
     if loss_type not in DPO_LOSS_TYPES: raise ValueError(f"unknown `loss_type` {loss_type!r}; expected one of {DPO_LOSS_TYPES}")
     eps = label_smoothing
     if loss_type in ("sigmoid", "robust") and not 0 <= eps < 0.5:
@@ -99,7 +104,8 @@ def simpo_loss(chosen_logps:torch.Tensor,  # length-normalised log pi_theta(y_w|
               ) -> tuple[torch.Tensor, dict]:
     "Reference-free SimPO loss on length-normalised log-probs, and metrics from the rewards beta*logp."
     _check_pairs(chosen_logps, rejected_logps)
-    if not beta > 0: raise ValueError(f"`beta` must be > 0, got {beta}")
+    _check_beta(beta)
+    if not math.isfinite(gamma): raise ValueError(f"`gamma` must be finite, got {gamma}")
     if not 0 <= label_smoothing < 0.5: raise ValueError(f"`label_smoothing` must lie in [0, 0.5), got {label_smoothing}")
     # $z = \beta\,\bar\ell(y_w) - \beta\,\bar\ell(y_l) - \gamma$
     z = beta * (chosen_logps - rejected_logps) - gamma

@@ -4,8 +4,9 @@
 
 # %% ../nbs/03_grpo.ipynb #b20f8a10
 from __future__ import annotations
+import math
 import torch
-from .core import agg_loss, kl_penalty, masked_mean, AGG_MODES, KL_KINDS
+from .core import agg_loss, kl_penalty, masked_mean
 from .ppo import ppo_policy_loss
 
 # %% auto #0
@@ -22,6 +23,11 @@ def _check_groups(n:int, group_size, what:str="rewards"):
         raise ValueError(f"`{what}` has {n} samples, not a multiple of `group_size`={group_size}")
     return n // group_size
 
+def _pow2_scale(amax:torch.Tensor) -> torch.Tensor:
+    "Float64 powers of two s >= amax where amax > 2**32, else 1: dividing by s is exact, and float32 moments of |r/s| <= 1 cannot overflow."
+    s = torch.ldexp(torch.ones_like(amax, dtype=torch.float64), torch.frexp(amax.double()).exponent)
+    return torch.where(amax > 2.0 ** 32, s, torch.ones_like(s))
+
 def group_advantages(rewards:torch.Tensor,  # (B,) scalar reward per response, B = n_prompts * group_size, groups adjacent
                      group_size:int,  # G, responses per prompt (>= 2)
                      scale:str="group",  # "group": divide by the group std; "batch": by the batch std; "none": centre only (Dr. GRPO)
@@ -32,17 +38,27 @@ def group_advantages(rewards:torch.Tensor,  # (B,) scalar reward per response, B
         raise ValueError(f"`rewards` must be a 1-D tensor (B,), got {getattr(rewards, 'shape', type(rewards))}")
     if not torch.isfinite(rewards).all(): raise ValueError("`rewards` contains NaN or inf")
     if scale not in ADV_SCALES: raise ValueError(f"unknown `scale` {scale!r}; expected one of {ADV_SCALES}")
-    if not eps >= 0: raise ValueError(f"`eps` must be >= 0, got {eps}")
+    if not (eps >= 0 and math.isfinite(eps)): raise ValueError(f"`eps` must be >= 0 and finite, got {eps}")
     n = _check_groups(rewards.numel(), group_size)
-    r = rewards.float().view(n, group_size)                        # (n_prompts, G)
+    if n == 0: return torch.zeros(0, device=rewards.device)
+    x = rewards.view(n, group_size)
+    # a group with huge rewards (|r| > 2^32) is divided by a power of two s first: exact, and its float32 moments cannot
+    # overflow (|r| ~ 1e38 would make the mean and the std inf); s = 1 for every other group, which leaves them bit for bit
+    s = _pow2_scale(x.abs().amax(-1, keepdim=True))                # (n_prompts, 1) float64
+    r = (x.double() / s).float()                                   # (n_prompts, G)
     same = r.amax(-1, keepdim=True) == r.amin(-1, keepdim=True)   # (n_prompts, 1) groups without signal
     # $r_i - \mathrm{mean}(\mathbf r)$
     adv = r - r.mean(-1, keepdim=True)
     if scale == "group":
         # $\tilde r_i = (r_i - \mathrm{mean}(\mathbf r)) / (\mathrm{std}(\mathbf r) + \epsilon)$
-        adv = adv / (r.std(-1, keepdim=True) + eps)
+        adv = adv / (r.std(-1, keepdim=True) + (eps / s).float())
     elif scale == "batch":
-        adv = adv / (rewards.float().std() + eps)
+        S = _pow2_scale(rewards.abs().amax())                      # the same for the batch std
+        adv = adv * (s / S).float() / ((rewards.double() / S).float().std() + (eps / S).float())
+    else:
+        adv = (adv.double() * s).float()
+        if not torch.isfinite(adv).all():
+            raise ValueError("`rewards` are too large for scale='none': a reward minus its group mean overflows float32")
     return torch.where(same, torch.zeros_like(adv), adv).view(-1)
 
 # %% ../nbs/03_grpo.ipynb #090b0e57
@@ -66,15 +82,18 @@ def process_advantages(step_rewards:torch.Tensor,  # (B, K) reward of each step;
         raise ValueError(f"`step_ends` must lie in [-1, {T - 1}], got min {int(step_ends.min())}, max {int(step_ends.max())}")
     ends = step_ends.clamp(min=0)
     if not m.gather(1, ends)[valid].all(): raise ValueError("every step end in `step_ends` must point at a token where `mask` is set")
-    r = torch.where(valid, step_rewards.float(), torch.zeros((), dtype=torch.float32))
-    rg, vg = r.view(n, -1), valid.view(n, -1)                      # (n, G*K) all step rewards of a group
+    if not torch.isfinite(step_rewards[valid]).all(): raise ValueError("`step_rewards` contains NaN or inf at a valid step")
+    if step_rewards.shape[1] == 0: return torch.zeros(B, T, device=mask.device)   # no steps at all
+    x = torch.where(valid, step_rewards, torch.zeros((), dtype=step_rewards.dtype)).view(n, -1)
+    s = _pow2_scale(x.abs().amax(-1, keepdim=True))                # (n, 1): huge rewards scaled exactly, as in `group_advantages`
+    rg, vg = (x.double() / s).float(), valid.view(n, -1)                   # (n, G*K) all step rewards of a group
     cnt = vg.sum(-1, keepdim=True)
     mean = rg.sum(-1, keepdim=True) / cnt.clamp(min=1)
     var = torch.where(vg, (rg - mean) ** 2, torch.zeros(())).sum(-1, keepdim=True) / (cnt - 1).clamp(min=1)
     big = torch.finfo(torch.float32).max
     same = torch.where(vg, rg, -big).amax(-1, keepdim=True) == torch.where(vg, rg, big).amin(-1, keepdim=True)
     # $\tilde r^{\mathrm{index}(j)} = (r^{\mathrm{index}(j)} - \mathrm{mean}(\mathbf R)) / (\mathrm{std}(\mathbf R) + \epsilon)$
-    rn = torch.where(same | ~vg, torch.zeros_like(rg), (rg - mean) / (var.sqrt() + eps)).view(B, -1)  # (B, K)
+    rn = torch.where(same | ~vg, torch.zeros_like(rg), (rg - mean) / (var.sqrt() + (eps / s).float())).view(B, -1)  # (B, K)
     t = torch.arange(T, device=mask.device)
     # $\hat A_{i,t} = \sum_{\mathrm{index}(j) \ge t} \tilde r_i^{\mathrm{index}(j)}$
     after = (step_ends.unsqueeze(-1) >= t) & valid.unsqueeze(-1)   # (B, K, T) step j ends at or after token t
@@ -94,11 +113,12 @@ def grpo_loss(logp:torch.Tensor,  # (B, T) log pi_theta of the sampled tokens (r
               agg:str="seq-mean-token-mean",  # aggregation (GRPO: seq-mean-token-mean), see `rl_notes.core.agg_loss`
               max_tokens:int|None=None,  # L_max for agg="seq-mean-token-sum-norm"
               global_tokens:float|None=None,  # global token count for agg="token-mean" under data parallelism
+              dual_clip:float|None=None,  # c > 1: dual clip of the surrogate (see `rl_notes.ppo.ppo_policy_loss`); None: off
              ) -> tuple[torch.Tensor, dict]:  # scalar loss to minimise (= -J_GRPO), metrics
     "GRPO loss of DeepSeekMath eq. 3: clipped surrogate plus beta times the per-token KL to the reference, aggregated."
-    if not beta >= 0: raise ValueError(f"`beta` must be >= 0, got {beta}")
+    if not (beta >= 0 and math.isfinite(beta)): raise ValueError(f"`beta` must be >= 0 and finite, got {beta}")
     if beta > 0 and ref_logp is None: raise ValueError(f"`ref_logp` is required when `beta` > 0 (got beta={beta})")
-    pg, metrics = ppo_policy_loss(logp, old_logp, adv, mask, eps_low=eps_low, eps_high=eps_high,
+    pg, metrics = ppo_policy_loss(logp, old_logp, adv, mask, eps_low=eps_low, eps_high=eps_high, dual_clip=dual_clip,
                                   agg=agg, max_tokens=max_tokens, global_tokens=global_tokens)
     metrics = {**metrics, "pg_loss": pg.detach()}
     if beta == 0:

@@ -4,68 +4,84 @@
 
 # %% ../nbs/17_lab.ipynb #60f7c482
 from __future__ import annotations
-import os, json, sys, time, hashlib, subprocess
+import json, sys, time, hashlib, subprocess
+from pathlib import Path
+from .trainer import TrainConfig, RUN_CONTROL, train
+from .checkpoint import (CheckpointError, MetricsLog, RunLock, prepare_run_dir, recover_dir, read_json, write_json_atomic,
+                                 cache_dir, code_version)
 
 # %% auto #0
-__all__ = ['lab_job', 'lab_runs']
+__all__ = ['LAB_LOCK', 'LAB_BUSY', 'lab_key', 'lab_done', 'lab_job', 'lab_runs']
+
+# %% ../nbs/17_lab.ipynb #7beb11b5
+LAB_LOCK = ".lab.lock"  # the lock `lab_job` holds on a run directory while it works there
+LAB_BUSY = 75  # exit status of a `lab_job` that found its run held by another live process
+
+def lab_key(cfg:TrainConfig) -> str:
+    "The cache key of a run: every field that changes what is computed (not `RUN_CONTROL`), and the code version."
+    d = cfg.to_dict()
+    # `critic_init` only when set, so adding that field did not change the key of runs without it
+    ident = {k: v for k, v in d.items() if k not in RUN_CONTROL and not (k == "critic_init" and v is None)}
+    return hashlib.sha256(json.dumps([ident, {"code": code_version()}], sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+def lab_done(out:Path) -> bool:
+    "Has the run in `out` finished with the current code?"
+    try: return read_json(Path(out) / "done.json").get("code") == code_version()
+    except CheckpointError: return False
+
+def _lab_prepare(cfg:TrainConfig, root:Path, force:bool) -> Path:
+    "Set `cfg.out_dir` to its cache directory and write the job file there; returns the directory."
+    out = root / lab_key(cfg); cfg.out_dir = str(out)
+    if not lab_done(out) or force:
+        out.mkdir(parents=True, exist_ok=True)
+        d = {**cfg.to_dict(), "out_dir": str(out), "progress": False, "threads": 1, "resume": False}
+        write_json_atomic(out / "job.json", {"cfg": d, "force": force})
+    return out
 
 # %% ../nbs/17_lab.ipynb #e1ba4405
-def lab_job(path:str,  # a job.json written by `lab_runs`: {"cfg": TrainConfig dict}
-           ):
-    "Run one lab job in this process (what each `lab_runs` subprocess executes); writes done.json with the wall time."
-    import json, time
-    from pathlib import Path
-    from rl_notes.trainer import TrainConfig, train
+def lab_job(path:str,  # a job.json written by `lab_runs`: {"cfg": TrainConfig dict, "force": bool}
+           ) -> int:  # 0, or `LAB_BUSY` when another live process holds the run
+    "Run one lab job in this process (what each `lab_runs` subprocess executes) under the run's lock; writes done.json."
     job = json.loads(Path(path).read_text())
-    t0 = time.time()
-    rows = train(TrainConfig.from_dict(job["cfg"]))
-    (Path(path).parent / "done.json").write_text(json.dumps({"wall_s": round(time.time() - t0, 1), "steps": rows[-1]["step"],
-                                                              "threads": job["cfg"]["threads"]}))
+    out = Path(job["cfg"]["out_dir"])
+    try: lock = RunLock(out, name=LAB_LOCK).acquire()
+    except CheckpointError as e:
+        print(e, file=sys.stderr); return LAB_BUSY
+    try:
+        if lab_done(out) and not job.get("force"): return 0                     # another process finished it meanwhile
+        resume = not job.get("force") and recover_dir(out / "ckpt")             # a dead owner's checkpoint: continue it
+        if not resume: prepare_run_dir(out, resume=False, overwrite=True, also=("config.json", "done.json"))
+        t0 = time.time()
+        rows = train(TrainConfig.from_dict({**job["cfg"], "resume": resume}))
+        write_json_atomic(out / "done.json", {"wall_s": round(time.time() - t0, 1), "steps": rows[-1]["step"], "resumed": resume,
+                                              "threads": job["cfg"]["threads"], "code": code_version()})
+        return 0
+    finally: lock.release()
 
 # %% ../nbs/17_lab.ipynb #da49dd81
-def lab_runs(cfgs:list,  # configs (`rl_notes.trainer.TrainConfig`); their out_dir is set to root/<config hash>
-             root:str|None=None,  # cache directory; default <repo>/runs/lab
+def _spawn(out:Path):
+    log = open(out / "log.txt", "a")
+    cmd = [sys.executable, "-c", "import sys; from rl_notes.lab import lab_job; sys.exit(lab_job(sys.argv[1]))", str(out / "job.json")]
+    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), log
+
+def lab_runs(cfgs:list,  # configs (`rl_notes.trainer.TrainConfig`); their out_dir is set to root/<lab_key>
+             root:str|None=None,  # cache directory; default `cache_dir("lab")`
              workers:int=3,  # runs at once, each in its own process
              force:bool=False,  # re-run even if a finished run exists
             ) -> list[list[dict]]:  # the metric rows of each run, in the order of `cfgs`
-    "Run RL lab configs in parallel subprocesses, cached on disk by config hash; returns each run's metric rows."
-    import json, hashlib, os, subprocess, sys, time, dataclasses
-    from pathlib import Path
-    import rl_notes
-    from rl_notes.trainer import RUN_CONTROL
-    root = Path(root) if root else Path(rl_notes.__file__).resolve().parent.parent / "runs" / "lab"
-    jobs = []
-    for cfg in cfgs:
-        d = cfg.to_dict()
-        # the key of a run: every field that changes what is computed; `critic_init` only when set, and the trailing {}
-        # keeps the key format of the runs cached before that field existed
-        ident = {k: v for k, v in d.items() if k not in RUN_CONTROL and not (k == "critic_init" and v is None)}
-        key = hashlib.sha256(json.dumps([ident, {}], sort_keys=True, default=str).encode()).hexdigest()[:16]
-        out = root / key
-        jobs.append(out); cfg.out_dir = str(out)
-        if (out / "done.json").is_file() and not force: continue
-        out.mkdir(parents=True, exist_ok=True)
-        d.update(out_dir=str(out), progress=False, threads=1, resume=False)
-        (out / "job.json").write_text(json.dumps({"cfg": d}, indent=1))
-    todo = [o for o in jobs if force or not (o / "done.json").is_file()]
-    todo = list(dict.fromkeys(todo))
-    def busy(o):  # another process is training this run right now: its metrics were written in the last minute
-        m = o / "metrics.jsonl"
-        return not force and m.is_file() and not (o / "done.json").is_file() and time.time() - m.stat().st_mtime < 60
-    running = []
+    "Run RL lab configs in parallel subprocesses, cached on disk by config and code version; returns each run's metric rows."
+    root = Path(root) if root else cache_dir("lab")
+    jobs = [_lab_prepare(cfg, root, force) for cfg in cfgs]
+    todo, running = list(dict.fromkeys(o for o in jobs if force or not lab_done(o))), {}
     while todo or running:
-        while todo and all(busy(o) for o in todo) and not running: time.sleep(5)   # wait for runs another process owns
-        todo = [o for o in todo if not (o / "done.json").is_file()]
-        while todo and len(running) < workers:
-            o = next((o for o in todo if not busy(o)), None)
-            if o is None: break
-            todo.remove(o)
-            log = open(o / "log.txt", "w")
-            running.append((o, subprocess.Popen([sys.executable, "-c", "import sys; from rl_notes.lab import lab_job; lab_job(sys.argv[1])", str(o / "job.json")], stdout=log, stderr=subprocess.STDOUT), log))
+        for o in [o for o in todo if o not in running]:
+            if not force and lab_done(o): todo.remove(o); continue
+            if RunLock(o, name=LAB_LOCK).owner() is not None: continue          # another process trains it: wait for it
+            if len(running) < workers: running[o] = _spawn(o)
         time.sleep(1)
-        for item in list(running):
-            o, p, log = item
+        for o, (p, log) in list(running.items()):
             if p.poll() is None: continue
-            running.remove(item); log.close()
-            if p.returncode: raise RuntimeError(f"lab run {o} failed (exit {p.returncode}); see {o / 'log.txt'}")
-    return [[json.loads(l) for l in (o / "metrics.jsonl").read_text().splitlines() if l.strip()] for o in jobs]
+            del running[o]; log.close()
+            if p.returncode == 0: todo.remove(o)
+            elif p.returncode != LAB_BUSY: raise RuntimeError(f"lab run {o} failed (exit {p.returncode}); see {o / 'log.txt'}")
+    return [MetricsLog(o / "metrics.jsonl").read() for o in jobs]

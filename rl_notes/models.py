@@ -4,17 +4,23 @@
 
 # %% ../nbs/11_models.ipynb #443f2909
 from __future__ import annotations
-import contextlib, hashlib, json, os, shutil, tempfile, time, math
+import contextlib, hashlib, json, math, os, time
+from dataclasses import dataclass, field, asdict
 from pathlib import Path
 import torch
 from tokenizers import Tokenizer, Regex, decoders, models as tk_models, pre_tokenizers, processors
-from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import (AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer, LlamaConfig, LlamaForCausalLM,
+                          PreTrainedTokenizerFast)
+from transformers.utils import logging as hf_logging
 from tqdm.auto import tqdm
 from .tasks import CHARS, Task, get_task
+from .rollout import evaluate
+from .checkpoint import (validate_config, cache_dir as lab_cache_dir, code_version, RunLock, begin_dir, seal_dir,
+                                 commit_dir, recover_dir, complete_dir)
 
 # %% auto #0
-__all__ = ['SPECIAL_TOKENS', 'SFT_VERSION', 'DEFAULT_CACHE', 'build_tokenizer', 'tiny_llama', 'load_model', 'load_reward_model',
-           'sft_config', 'sft_warm_start']
+__all__ = ['SPECIAL_TOKENS', 'SFT_VERSION', 'SFT_STATE', 'build_tokenizer', 'tiny_llama', 'load_tokenizer', 'load_model',
+           'load_reward_model', 'SFTConfig', 'sft_config', 'sft_cache_path', 'sft_train', 'sft_warm_start']
 
 # %% ../nbs/11_models.ipynb #b376018a
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<unk>")  # ids 0, 1, 2, 3
@@ -62,32 +68,44 @@ def tiny_llama(tokenizer:PreTrainedTokenizerFast,  # gives the vocabulary size a
     return model
 
 # %% ../nbs/11_models.ipynb #a92ede79
+_PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
+
+def _check_model_dir(path, what:str="model `path`") -> Path:
+    "A local Hugging Face checkpoint directory with safetensors weights, or a ValueError naming `what` and the problem."
+    p = Path(path).expanduser()
+    if not p.exists(): raise ValueError(f"{what} {str(path)!r} does not exist")
+    if not p.is_dir(): raise ValueError(f"{what} {str(path)!r} is not a directory")
+    if not (p / "config.json").is_file(): raise ValueError(f"{what} {str(path)!r} is not a Hugging Face checkpoint (no config.json)")
+    pickles = sorted(f.name for f in p.iterdir() if f.suffix in _PICKLE_SUFFIXES and f.is_file())
+    if pickles and not any(p.glob("*.safetensors")):
+        raise ValueError(f"{what} {str(path)!r} has only pickle weights ({', '.join(pickles)}); rl_notes loads safetensors only")
+    return p
+
+def _first_line(e:Exception) -> str: return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+
+def load_tokenizer(path:str|Path,  # a directory with tokenizer files (tokenizer.json, tokenizer_config.json)
+                  ) -> PreTrainedTokenizerFast:
+    "The tokenizer saved in `path`, left-padded, with a pad token (its EOS if it had none); never runs code from `path`."
+    p = Path(path).expanduser()
+    try: tokenizer = AutoTokenizer.from_pretrained(p, local_files_only=True, trust_remote_code=False)
+    except Exception as e: raise ValueError(f"could not load the tokenizer from {str(path)!r}: {_first_line(e)}") from None
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None: tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
 def load_model(path:str|Path,  # a directory written by save_pretrained (model and tokenizer)
                dtype:torch.dtype=torch.float32,  # weights dtype (float32 on CPU)
               ) -> tuple[torch.nn.Module, PreTrainedTokenizerFast]:
-    "Load a local Hugging Face causal-LM checkpoint and its tokenizer, with a clear error for a bad `path`."
-    p = Path(path).expanduser()
-    if not p.exists(): raise ValueError(f"model `path` {str(path)!r} does not exist")
-    if not p.is_dir(): raise ValueError(f"model `path` {str(path)!r} is not a directory")
-    if not (p / "config.json").is_file():
-        raise ValueError(f"model `path` {str(path)!r} is not a Hugging Face checkpoint (no config.json)")
-    try:
-        model = AutoModelForCausalLM.from_pretrained(p, dtype=dtype, local_files_only=True)
-    except Exception as e:
-        raise ValueError(f"could not load a causal LM from {str(path)!r}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from e
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(p, local_files_only=True)
-    except Exception as e:
-        raise ValueError(f"could not load the tokenizer from {str(path)!r}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from e
-    tokenizer.padding_side = "left"
-    if tokenizer.pad_token is None: tokenizer.pad_token = tokenizer.eos_token
-    return model.eval(), tokenizer
+    "Load a local Hugging Face causal-LM checkpoint (safetensors, no remote code) and its tokenizer, with a clear error for a bad `path`."
+    p = _check_model_dir(path)
+    try: model = AutoModelForCausalLM.from_pretrained(p, dtype=dtype, local_files_only=True, trust_remote_code=False, use_safetensors=True)
+    except Exception as e: raise ValueError(f"could not load a causal LM from {str(path)!r}: {_first_line(e)}") from None
+    return model.eval(), load_tokenizer(p)
 
 # %% ../nbs/11_models.ipynb #04a0b8f6
 @contextlib.contextmanager
 def _quiet_hf():
     "Hide transformers' weight-loading progress bars inside the block, restoring the previous setting."
-    from transformers.utils import logging as hf_logging
     bars = hf_logging.is_progress_bar_enabled(); hf_logging.disable_progress_bar()
     try: yield
     finally:
@@ -96,23 +114,50 @@ def _quiet_hf():
 def load_reward_model(path:str,  # directory of a sequence-classification checkpoint with one label (a reward model)
                       policy=None,  # if given, the reward model must share its vocabulary size
                      ):
-    "Load a reward model from a local checkpoint (for `TrainConfig.critic_init`), with errors that say what is wrong."
-    from transformers import AutoModelForSequenceClassification
+    "Load a reward model from a local checkpoint (for `TrainConfig.critic_init`): safetensors only, no remote code, errors that say what is wrong."
     if not os.path.isdir(path): raise FileNotFoundError(f"TrainConfig.critic_init {path!r} is not a directory")
-    if not os.path.isfile(os.path.join(path, "config.json")): raise ValueError(f"TrainConfig.critic_init {path!r} has no config.json (not a Hugging Face checkpoint)")
+    _check_model_dir(path, "TrainConfig.critic_init")
     try:
-        with _quiet_hf(): rm = AutoModelForSequenceClassification.from_pretrained(path)
-    except (OSError, ValueError, RuntimeError) as e: raise ValueError(f"TrainConfig.critic_init {path!r}: cannot load a reward model: {e}") from None
+        with _quiet_hf(): rm = AutoModelForSequenceClassification.from_pretrained(path, local_files_only=True, trust_remote_code=False, use_safetensors=True)
+    except Exception as e: raise ValueError(f"TrainConfig.critic_init {path!r}: cannot load a reward model: {_first_line(e)}") from None
     if rm.config.num_labels != 1: raise ValueError(f"TrainConfig.critic_init {path!r} has num_labels={rm.config.num_labels}; a reward model has 1")
     if policy is not None and rm.config.vocab_size != policy.config.vocab_size:
         raise ValueError(f"TrainConfig.critic_init {path!r} has vocab_size {rm.config.vocab_size}, the policy {policy.config.vocab_size}: not the same tokenizer")
     return rm
 
+# %% ../nbs/11_models.ipynb #9c84b034
+SFT_VERSION = 2  # bump when sft_warm_start changes what it computes (the cache key also carries `code_version()`)
+
+@dataclass
+class SFTConfig:
+    "Everything that determines an SFT warm start's weights, besides the task (the keyword arguments of `sft_warm_start`)."
+    model_cfg: dict|None = None  # keyword arguments of `tiny_llama` (hidden_size, num_layers, ...)
+    steps: int = field(default=1000, metadata=dict(ge=1))  # most optimiser steps (the cosine schedule spans them)
+    lr: float = field(default=3e-3, metadata=dict(gt=0))  # peak AdamW learning rate
+    batch_size: int = field(default=64, metadata=dict(ge=1))  # sequences per step
+    n_train: int = field(default=20_000, metadata=dict(ge=1))  # distinct training prompts (train split, data seed = `seed`)
+    seed: int = 0  # seeds the data, the initialisation and the batch order
+    warmup: int = field(default=30, metadata=dict(ge=0))  # linear warm-up steps, then cosine decay to 0
+    weight_decay: float = field(default=0.01, metadata=dict(ge=0))  # AdamW weight decay
+    chars: str = CHARS  # tokenizer characters
+    eval_n: int = field(default=200, metadata=dict(ge=0))  # held-out prompts for the greedy accuracy in sft_config.json (0: skip)
+    target_accuracy: float|None = field(default=0.4, metadata=dict(gt=0, le=1))  # stop once validation accuracy reaches it (None: run all steps)
+    eval_every: int = field(default=25, metadata=dict(ge=1))  # steps between validation checks when `target_accuracy` is set
+    val_n: int = field(default=200, metadata=dict(ge=1))  # validation prompts (train split, disjoint from the training prompts)
+
+    def __post_init__(self): validate_config(self)
+
+def sft_config(task:Task, cfg:SFTConfig) -> dict:
+    "The full, JSON-able configuration of an SFT run (what the cache key hashes), including the code version."
+    d = asdict(cfg); d["model"] = dict(sorted((d.pop("model_cfg") or {}).items()))
+    return {"version": SFT_VERSION, "code": code_version(), "task": task.config(), **d}
+
+def sft_cache_path(task:Task, cfg:SFTConfig, root:str|Path|None=None) -> Path:
+    "The cache directory of this SFT run: root (default `cache_dir('sft')`) / sft-<task>-<hash of `sft_config`>."
+    key = hashlib.sha256(json.dumps(sft_config(task, cfg), sort_keys=True).encode()).hexdigest()[:16]
+    return Path(root).expanduser() / f"sft-{task.name}-{key}" if root is not None else lab_cache_dir("sft") / f"sft-{task.name}-{key}"
 
 # %% ../nbs/11_models.ipynb #11f01d07
-SFT_VERSION = 1  # bump when sft_warm_start changes what it computes (invalidates the cache)
-DEFAULT_CACHE = "~/.cache/rl_notes"
-
 def _sft_examples(tokenizer, task:Task, rows:list[dict]) -> list[tuple[list[int], list[int]]]:
     "Token ids `<bos> prompt response <eos>` and labels (-100 on `<bos>` and the prompt) for each row."
     P = tokenizer([r["prompt"] for r in rows])["input_ids"]                                  # <bos> + prompt
@@ -129,14 +174,85 @@ def _sft_batch(examples:list[tuple[list[int], list[int]]], pad_id:int):
         ids[i, :len(s)] = torch.tensor(s); lab[i, :len(l)] = torch.tensor(l); att[i, :len(s)] = 1
     return ids, att, lab
 
-def sft_config(task:Task, model_cfg:dict|None=None, steps:int=1000, lr:float=3e-3, batch_size:int=64,
-               n_train:int=20_000, seed:int=0, warmup:int=30, weight_decay:float=0.01, chars:str=CHARS,
-               eval_n:int=200, target_accuracy:float|None=0.4, eval_every:int=25, val_n:int=200) -> dict:
-    "The full, JSON-able configuration of an SFT run (what the cache key hashes)."
-    return {"version": SFT_VERSION, "task": task.config(), "chars": chars, "model": dict(sorted((model_cfg or {}).items())),
-            "steps": steps, "lr": lr, "batch_size": batch_size, "n_train": n_train, "seed": seed, "warmup": warmup,
-            "weight_decay": weight_decay, "eval_n": eval_n, "target_accuracy": target_accuracy,
-            "eval_every": eval_every, "val_n": val_n}
+# %% ../nbs/11_models.ipynb #827e9a10
+def _sft_task(task:Task|str, task_kw:dict) -> Task:
+    "A Task from a Task or a task name (configured by `task_kw`)."
+    if isinstance(task, str): task = get_task(task, **task_kw)
+    elif task_kw: raise ValueError(f"`task_kw` {sorted(task_kw)} given with a Task object; configure the Task instead")
+    if not isinstance(task, Task): raise ValueError(f"`task` must be a Task or a task name, got {type(task).__name__}")
+    return task
+
+def _sft_setup(task:Task, cfg:SFTConfig):
+    "A fresh tokenizer and tiny Llama, the training examples and the validation rows of an SFT run."
+    tokenizer = build_tokenizer(cfg.chars)
+    model = tiny_llama(tokenizer, seed=cfg.seed, **(cfg.model_cfg or {}))
+    # the first n_train rows of a larger draw are exactly `task.dataset(n_train, seed)`; the rest validate
+    data = task.dataset(cfg.n_train + (cfg.val_n if cfg.target_accuracy is not None else 0), cfg.seed, split="train").to_list()
+    data, val = data[:cfg.n_train], data[cfg.n_train:]
+    examples = _sft_examples(tokenizer, task, data)
+    longest = max(len(s) for s, _ in examples)
+    if longest > model.config.max_position_embeddings:
+        raise ValueError(f"<bos> + prompt + response + <eos> need {longest} positions, more than the model's "
+                         f"max_position_embeddings={model.config.max_position_embeddings}")
+    return model, tokenizer, examples, val
+
+def _warmup_cosine(warmup:int, steps:int):
+    "The LambdaLR factor of step s: linear warm-up over `warmup` steps, then cosine decay to 0 at `steps`."
+    def f(s):
+        if s < warmup: return (s + 1) / warmup
+        # $\eta_s = \tfrac12\left(1 + \cos\frac{\pi (s - w)}{S - w}\right)$
+        return 0.5 * (1 + math.cos(math.pi * (s - warmup) / max(1, steps - warmup)))
+    return f
+
+# %% ../nbs/11_models.ipynb #1da84e58
+def sft_train(task:Task,  # the task whose demonstrations are the targets
+              cfg:SFTConfig,  # the run's settings
+              progress:bool=True,  # show a tqdm bar
+             ) -> tuple[torch.nn.Module, PreTrainedTokenizerFast, dict]:
+    "Deterministic SFT of a fresh tiny Llama (no cache): returns the model, its tokenizer and the run's record."
+    t0, c0 = time.time(), time.process_time()
+    model, tokenizer, examples, val = _sft_setup(task, cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), weight_decay=cfg.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, _warmup_cosine(cfg.warmup, cfg.steps))
+    g = torch.Generator().manual_seed(cfg.seed)
+    losses, val_hist, stopped = [], [], cfg.steps
+    model.train()
+    for step in tqdm(range(cfg.steps), desc=f"SFT {task.name}", disable=not progress):
+        idx = torch.randint(len(examples), (cfg.batch_size,), generator=g).tolist()
+        ids, att, lab = _sft_batch([examples[i] for i in idx], tokenizer.pad_token_id)     # (B, L) each
+        loss = model(input_ids=ids, attention_mask=att, labels=lab).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step(); sched.step()
+        losses.append(round(loss.item(), 5))
+        if cfg.target_accuracy is not None and (step + 1) % cfg.eval_every == 0:
+            acc = evaluate(model, tokenizer, task, val)["accuracy"]
+            model.train()
+            val_hist.append((step + 1, round(acc, 4)))
+            if acc >= cfg.target_accuracy: stopped = step + 1; break
+    model.eval()
+    info = {"config": sft_config(task, cfg), "train_seconds": round(time.time() - t0, 2),
+            "train_cpu_seconds": round(time.process_time() - c0, 2), "torch_threads": torch.get_num_threads(),
+            "stopped_at": stopped, "val_accuracy": val_hist, "loss": losses}
+    if cfg.eval_n:
+        info["eval"] = evaluate(model, tokenizer, task, task.dataset(cfg.eval_n, cfg.seed, split="test"),
+                                max_new_tokens=task.max_response_chars() + 1)
+    return model, tokenizer, info
+
+# %% ../nbs/11_models.ipynb #e075c5a5
+SFT_STATE = "sft_config.json"  # the cache entry's record; written last, with the sha256 of every other file
+
+def _sft_cached(out:Path) -> bool:
+    "Is a complete entry at `out` (after recovering an interrupted swap)?"
+    return recover_dir(out, SFT_STATE) and complete_dir(out, SFT_STATE)
+
+def _sft_save(out:Path, model, tokenizer, info:dict) -> Path:
+    "Write the entry `out` through the checkpoint swap: out.tmp, sealed with checksums, then swapped in."
+    tmp = begin_dir(out, SFT_STATE)
+    model.save_pretrained(tmp); tokenizer.save_pretrained(tmp)
+    seal_dir(tmp, {**info, "key": out.name.rsplit("-", 1)[1]}, SFT_STATE)
+    return commit_dir(out)
 
 def sft_warm_start(task:Task|str,  # a Task, or a task name (then `task_kw` configures it)
                    model_cfg:dict|None=None,  # keyword arguments of `tiny_llama` (hidden_size, num_layers, ...)
@@ -152,74 +268,19 @@ def sft_warm_start(task:Task|str,  # a Task, or a task name (then `task_kw` conf
                    target_accuracy:float|None=0.4,  # stop once greedy validation accuracy reaches it (None: run all steps)
                    eval_every:int=25,  # steps between validation checks when `target_accuracy` is set
                    val_n:int=200,  # validation prompts (train split, disjoint from the training prompts)
-                   cache_dir:str|Path=DEFAULT_CACHE,  # where checkpoints are cached
+                   cache_dir:str|Path|None=None,  # where checkpoints are cached; default `rl_notes.checkpoint.cache_dir("sft")`
                    progress:bool=True,  # show a tqdm bar
                    **task_kw,  # task options when `task` is a name
                   ) -> Path:
-    "Deterministic SFT of a tiny Llama on `task`'s demonstrations; cached on disk by config hash. Returns the checkpoint dir."
-    if isinstance(task, str): task = get_task(task, **task_kw)
-    elif task_kw: raise ValueError(f"`task_kw` {sorted(task_kw)} given with a Task object; configure the Task instead")
-    if not isinstance(task, Task): raise ValueError(f"`task` must be a Task or a task name, got {type(task).__name__}")
-    for name, v in (("steps", steps), ("batch_size", batch_size), ("n_train", n_train)):
-        if not (isinstance(v, int) and v >= 1): raise ValueError(f"`{name}` must be an int >= 1, got {v!r}")
-    if not lr > 0: raise ValueError(f"`lr` must be > 0, got {lr!r}")
-    if target_accuracy is not None and not 0 < target_accuracy <= 1:
-        raise ValueError(f"`target_accuracy` must be in (0, 1] or None, got {target_accuracy!r}")
-    cfg = sft_config(task, model_cfg, steps, lr, batch_size, n_train, seed, warmup, weight_decay, chars, eval_n,
-                     target_accuracy, eval_every, val_n)
-    key = hashlib.sha256(json.dumps(cfg, sort_keys=True).encode()).hexdigest()[:16]
-    root = Path(cache_dir).expanduser()
-    out = root / f"sft-{task.name}-{key}"
-    if (out / "sft_config.json").is_file() and (out / "model.safetensors").is_file(): return out
-
-    t0, c0 = time.time(), time.process_time()
-    tokenizer = build_tokenizer(chars)
-    model = tiny_llama(tokenizer, seed=seed, **(model_cfg or {}))
-    from rl_notes.rollout import evaluate   # lazy: rollout does not depend on this module
-    # the first n_train rows of a larger draw are exactly `task.dataset(n_train, seed)`; the rest validate
-    data = task.dataset(n_train + (val_n if target_accuracy is not None else 0), seed, split="train").to_list()
-    data, val = data[:n_train], data[n_train:]
-    examples = _sft_examples(tokenizer, task, data)
-    longest = max(len(s) for s, _ in examples)
-    if longest > model.config.max_position_embeddings:
-        raise ValueError(f"<bos> + prompt + response + <eos> need {longest} positions, more than the model's "
-                         f"max_position_embeddings={model.config.max_position_embeddings}")
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=weight_decay)
-    def lr_at(s):  # linear warm-up, then cosine decay to 0
-        if s < warmup: return (s + 1) / warmup
-        return 0.5 * (1 + math.cos(math.pi * (s - warmup) / max(1, steps - warmup)))
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
-    g = torch.Generator().manual_seed(seed)
-    losses, val_hist, stopped = [], [], steps
-    model.train()
-    for step in tqdm(range(steps), desc=f"SFT {task.name}", disable=not progress):
-        idx = torch.randint(len(examples), (batch_size,), generator=g).tolist()
-        ids, att, lab = _sft_batch([examples[i] for i in idx], tokenizer.pad_token_id)     # (B, L) each
-        loss = model(input_ids=ids, attention_mask=att, labels=lab).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step(); sched.step()
-        losses.append(round(loss.item(), 5))
-        if target_accuracy is not None and (step + 1) % eval_every == 0:
-            acc = evaluate(model, tokenizer, task, val)["accuracy"]
-            model.train()
-            val_hist.append((step + 1, round(acc, 4)))
-            if acc >= target_accuracy: stopped = step + 1; break
-    model.eval()
-    info = {"config": cfg, "key": key, "train_seconds": round(time.time() - t0, 2),
-            "train_cpu_seconds": round(time.process_time() - c0, 2), "torch_threads": torch.get_num_threads(),
-            "stopped_at": stopped, "val_accuracy": val_hist, "loss": losses}
-    if eval_n:
-        test = task.dataset(eval_n, seed, split="test")
-        info["eval"] = evaluate(model, tokenizer, task, test, max_new_tokens=task.max_response_chars() + 1)
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".tmp-{key}-"))
-    try:
-        model.save_pretrained(tmp); tokenizer.save_pretrained(tmp)
-        (tmp / "sft_config.json").write_text(json.dumps(info, indent=1))
-        if out.exists(): shutil.rmtree(out)   # a stale, incomplete entry
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True); raise
+    "Deterministic SFT of a tiny Llama on `task`'s demonstrations; cached on disk by config and code version. Returns the checkpoint dir."
+    task = _sft_task(task, task_kw)
+    cfg = SFTConfig(model_cfg=model_cfg, steps=steps, lr=lr, batch_size=batch_size, n_train=n_train, seed=seed, warmup=warmup,
+                    weight_decay=weight_decay, chars=chars, eval_n=eval_n, target_accuracy=target_accuracy,
+                    eval_every=eval_every, val_n=val_n)
+    out = sft_cache_path(task, cfg, cache_dir)
+    if _sft_cached(out): return out
+    with RunLock(out.parent, name=f".{out.name}.lock", wait=3600):  # a second process asking for it waits, then finds it
+        if not _sft_cached(out):
+            model, tokenizer, info = sft_train(task, cfg, progress)
+            _sft_save(out, model, tokenizer, info)
     return out

@@ -4,12 +4,12 @@
 
 # %% ../nbs/02_ppo.ipynb #2bcc5dd5
 from __future__ import annotations
-import copy, math
-from dataclasses import dataclass
+import copy
+from collections.abc import Callable
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from .core import masked_mean, masked_var, agg_loss, AGG_MODES, check_shapes
+from .core import masked_mean, masked_sum, masked_var, agg_loss, check_shapes, _reduced
 
 # %% auto #0
 __all__ = ['gae_reference', 'gae', 'ppo_policy_loss', 'explained_variance', 'value_loss', 'ValueModel', 'value_model_from_policy',
@@ -105,7 +105,6 @@ def _gae_rows(rv:torch.Tensor,  # (2, B, n): rewards and values, every position 
     adv[:, :-1].add_(S[1, :, 1:] * k)
     return adv
 
-#| export
 def _gae_compacted(rewards, values, m, gamma, c, block, adv_out, ret_out):
     "GAE for rows with masked positions: compact, scan, read back; writes into `adv_out`, `ret_out`."
     B, T = rewards.shape
@@ -131,6 +130,10 @@ def gae(rewards:torch.Tensor,  # per-token rewards (B, T)
        ) -> tuple[torch.Tensor, torch.Tensor]:
     "GAE by compaction plus a blocked scan; same result as `gae_reference`. Returns (advantages, returns), 0 at masked positions."
     rewards, values, m, c, dt = _gae_inputs(rewards, values, mask, gamma, lam)
+    if isinstance(block, bool) or not isinstance(block, int) or block < 2:
+        raise ValueError(f"`block` must be an int >= 2 (blocks of 1 would never shorten the scan), got {block!r}")
+    if isinstance(chunk_elems, bool) or not isinstance(chunk_elems, int) or chunk_elems < 1:
+        raise ValueError(f"`chunk_elems` must be an int >= 1, got {chunk_elems!r}")
     B, T = rewards.shape
     if B * T == 0: return torch.zeros_like(rewards), torch.zeros_like(rewards)
     if bool(m.all()):                                              # fast path: nothing masked, nothing to compact
@@ -198,18 +201,31 @@ def ppo_policy_loss(logp:torch.Tensor,  # log pi_theta of the taken actions/toke
 def explained_variance(values:torch.Tensor,  # predictions (B, T)
                        returns:torch.Tensor,  # targets (B, T)
                        mask:torch.Tensor,  # (B, T)
+                       reduce:Callable|None=None,  # reduce(t) -> elementwise sum of t over all data-parallel processes; None: this process only
                       ) -> torch.Tensor:
     "1 - Var[returns - values] / Var[returns] over masked positions; NaN when the targets have no variance."
     if values.shape != returns.shape:
         raise ValueError(f"`returns` must have the shape of `values` {tuple(values.shape)}, got {tuple(returns.shape)}")
-    m = mask if isinstance(mask, torch.Tensor) and mask.dtype == torch.bool else mask != 0
+    if not isinstance(mask, torch.Tensor): raise ValueError(f"`mask` must be a torch.Tensor, got {type(mask).__name__}")
+    m = mask if mask.dtype == torch.bool else mask != 0
     if m.shape != values.shape: raise ValueError(f"`mask` must have the shape of `values` {tuple(values.shape)}, got {tuple(m.shape)}")
     values, returns = values.detach().double(), returns.detach().double()
+    if reduce is not None: return _ev_reduced(values, returns, m, reduce)
     if int(m.sum()) < 2: return torch.tensor(float('nan'))
     var_y = masked_var(returns, m)
     if var_y == 0: return torch.tensor(float('nan'))
     # $\mathrm{EV} = 1 - \mathrm{Var}[y - \hat y] / \mathrm{Var}[y]$
     return (1 - masked_var(returns - values, m) / var_y).float()
+
+def _ev_reduced(values, returns, m, reduce):
+    "Explained variance of the union of every process's rows: count and sums, then centred sums of squares, all reduced."
+    d = returns - values                                           # (B, T) float64
+    n, sy, sd = _reduced(reduce, torch.stack([m.sum().double(), masked_sum(returns, m), masked_sum(d, m)]))
+    if n < 2: return torch.tensor(float('nan'))
+    # $\mathrm{Var}[y] = \frac{1}{n-1}\sum_{\text{all processes}}(y - \bar y)^2$, likewise for $y - \hat y$
+    ssy, ssd = _reduced(reduce, torch.stack([masked_sum((returns - sy / n) ** 2, m), masked_sum((d - sd / n) ** 2, m)]))
+    if ssy == 0: return torch.tensor(float('nan'))
+    return (1 - ssd / ssy).float()
 
 def value_loss(values:torch.Tensor,  # V_phi(s_t) of the critic being trained (B, T)
                old_values:torch.Tensor|None,  # V at rollout time (B, T); needed only when `clip` is set
@@ -325,11 +341,15 @@ def terminal_rewards(r:torch.Tensor,  # (B,) outcome reward per response
                      mask:torch.Tensor,  # (B, T) response mask
                     ) -> torch.Tensor:  # (B, T) zeros except r at each response's last token
     "Place each outcome reward on its response's last unmasked token (the token-level reward of PPO/VAPO)."
-    m = mask.bool()
-    T = m.shape[1]
-    last = torch.where(m, torch.arange(T, device=m.device), -1).amax(-1)        # (B,)
+    if not isinstance(mask, torch.Tensor) or mask.dim() != 2: raise ValueError(f"`mask` must be (B, T), got {getattr(mask, 'shape', type(mask))}")
+    if not isinstance(r, torch.Tensor) or r.shape != mask.shape[:1]:
+        raise ValueError(f"`r` must be (B,) = ({mask.shape[0]},), got {getattr(r, 'shape', type(r))}")
+    m = mask != 0
+    B, T = m.shape
     out = torch.zeros(m.shape, dtype=torch.float32, device=m.device)
-    ok = last >= 0
-    out[ok.nonzero().view(-1), last[ok]] = r[ok].float()
+    if T == 0: return out
+    last = torch.where(m, torch.arange(T, device=m.device), -1).amax(-1)        # (B,)
+    ok = last >= 0                                                               # rows with no token get no reward
+    out[ok.nonzero().view(-1), last[ok]] = r.to(m.device)[ok].float()
     return out
 

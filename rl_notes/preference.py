@@ -4,16 +4,18 @@
 
 # %% ../nbs/15_preference.ipynb #0bf182a1
 from __future__ import annotations
-import math, os, json, time, hashlib, shutil
+import math, json, time, hashlib
+from dataclasses import dataclass, field, asdict
+from pathlib import Path
 import torch
-import torch.nn.functional as F
-from safetensors.torch import save_file, load_file, save_model, load_model as st_load_model
-from .core import masked_sum, masked_mean, logprobs_from_logits
-from .dpo import sequence_logps, dpo_loss, collate_pairs, concatenated_forward, REDUCTIONS
-from .checkpoint import CheckpointError, rng_state, set_rng_state, optim_to_safetensors, optim_from_safetensors
+from .core import masked_mean
+from .dpo import sequence_logps, dpo_loss, collate_pairs, concatenated_forward, REDUCTIONS, DPO_LOSS_TYPES
+from .rollout import generate
+from .checkpoint import (ConfigError, CheckpointError, validate_config, code_version, MetricsLog, RunLock, prepare_run_dir,
+                                 recover_dir, read_state, save_checkpoint, load_checkpoint, write_json_atomic)
 
 # %% auto #0
-__all__ = ['DPO_CKPT_VERSION', 'verifier_pairs', 'train_dpo']
+__all__ = ['DPO_RUN_CONTROL', 'DPO_MARKERS', 'verifier_pairs', 'DPOConfig', 'train_dpo']
 
 # %% ../nbs/15_preference.ipynb #549d05f3
 def _pick_pairs(correct:torch.Tensor,  # (n_prompts * k,) bool: the verifier accepted the sample
@@ -41,7 +43,6 @@ def verifier_pairs(model,  # causal LM that samples the answers (usually the SFT
                    batch_size:int=128,  # prompts per `generate` call
                   ) -> dict:
     "Sample `k` answers per prompt; pair a correct one (chosen) with an incorrect one (rejected) by the task's verifier."
-    from rl_notes.rollout import generate                                      # here, not at import: it loads transformers
     if not (isinstance(k, int) and k >= 2): raise ValueError(f"`k` must be an int >= 2 (a pair needs two samples), got {k!r}")
     if not (isinstance(batch_size, int) and batch_size >= 1): raise ValueError(f"`batch_size` must be an int >= 1, got {batch_size!r}")
     rows = [examples[i] for i in range(len(examples))]
@@ -72,8 +73,6 @@ def verifier_pairs(model,  # causal LM that samples the answers (usually the SFT
     return res
 
 # %% ../nbs/15_preference.ipynb #20d88391
-DPO_CKPT_VERSION = 1
-
 def _pairs_digest(pairs) -> str:
     return hashlib.sha256(json.dumps([[list(x) for x in t] for t in pairs]).encode()).hexdigest()[:16]
 
@@ -101,7 +100,114 @@ def _as_triples(pairs) -> list:
     if isinstance(pairs, dict): return list(zip(pairs["prompt_ids"], pairs["chosen_ids"], pairs["rejected_ids"]))
     return [tuple(t) for t in pairs]
 
+# %% ../nbs/15_preference.ipynb #c1a778f6
+@dataclass
+class DPOConfig:
+    "Hyperparameters of `train_dpo` (its keyword arguments)."
+    steps: int = field(default=100, metadata=dict(ge=1))  # optimiser updates
+    batch_size: int = field(default=32, metadata=dict(ge=1))  # pairs per update
+    lr: float = field(default=1e-4, metadata=dict(gt=0))  # AdamW learning rate (constant)
+    beta: float = field(default=0.1, metadata=dict(gt=0))  # DPO beta (IPO: tau)
+    loss_type: str = field(default="sigmoid", metadata=dict(choices=DPO_LOSS_TYPES))  # see `dpo_loss`
+    label_smoothing: float = field(default=0.0, metadata=dict(ge=0, lt=0.5))  # see `dpo_loss`
+    reduction: str = field(default="sum", metadata=dict(choices=REDUCTIONS))  # "sum" (the paper) or "mean" (the notes' code)
+    nll_coef: float = field(default=0.0, metadata=dict(ge=0))  # RPO: weight of the chosen answers' NLL per token (0: plain DPO)
+    dpo_coef: float = field(default=1.0, metadata=dict(ge=0))  # weight of the preference loss (0 with `nll_coef` > 0: NLL only)
+    weight_decay: float = field(default=0.0, metadata=dict(ge=0))  # AdamW weight decay
+    max_grad_norm: float|None = field(default=1.0, metadata=dict(gt=0))  # gradient-norm clipping (None: off)
+    seed: int = 0  # seeds the batch order
+    probe: int = field(default=64, metadata=dict(ge=0))  # the first `probe` pairs are scored at every evaluation (0: no probe)
+    eval_every: int = field(default=10, metadata=dict(ge=1))  # steps between evaluations (step 0 and the last are always evaluated)
+    pad_token_id: int = field(default=0, metadata=dict(ge=0))  # padding id for `collate_pairs`
+    save_every: int = field(default=50, metadata=dict(ge=1))  # steps between checkpoints (the last step is always saved)
+
+    def __post_init__(self):
+        validate_config(self)
+        if self.dpo_coef == self.nll_coef == 0: raise ConfigError("DPOConfig.dpo_coef and DPOConfig.nll_coef must not both be 0 (nothing to train), got 0.0, 0.0")
+        z = torch.zeros(1); dpo_loss(z, z, z, z, self.beta, self.loss_type, self.label_smoothing)   # the loss's own argument checks
+
+DPO_RUN_CONTROL = ("steps", "save_every")  # fields that may change between a run and its resumption
+DPO_MARKERS = ("metrics.jsonl", "ckpt", "done.json")  # what a previous train_dpo run leaves in its out_dir
+
+def _run_config(cfg:DPOConfig, pairs:list) -> dict:
+    "What a checkpoint must match to be resumed: the config without run control, and the pairs (count and hash)."
+    d = {k: v for k, v in asdict(cfg).items() if k not in DPO_RUN_CONTROL}
+    return {**d, "n_pairs": len(pairs), "pairs": _pairs_digest(pairs)}
+
 # %% ../nbs/15_preference.ipynb #e6687701
+@torch.no_grad()
+def _probe_row(policy, probe_pairs:list, ref_c:torch.Tensor, ref_r:torch.Tensor, cfg:DPOConfig) -> dict:
+    "DPO metrics of the fixed probe pairs (prefixed `probe/`), in eval mode; {} without a probe."
+    if not probe_pairs: return {}
+    was, dev, P = policy.training, next(policy.parameters()).device, len(probe_pairs)
+    policy.eval()
+    o = concatenated_forward(policy, collate_pairs(*zip(*probe_pairs), pad_token_id=cfg.pad_token_id), reduction=cfg.reduction)
+    loss, m = dpo_loss(o["chosen_logps"], o["rejected_logps"], ref_c[:P].to(dev), ref_r[:P].to(dev), cfg.beta, cfg.loss_type, cfg.label_smoothing)
+    s = sequence_logps(o["token_logps"], o["response_mask"], "sum")          # (2P,) summed, whatever `reduction`
+    policy.train(was)
+    return {"probe/loss": loss.item(), **{f"probe/{k}": v.item() for k, v in m.items()},
+            "probe/sum_logps/chosen": s[:P].mean().item(), "probe/sum_logps/rejected": s[P:].mean().item()}
+
+def _dpo_update(policy, opt, pairs:list, ref_c:torch.Tensor, ref_r:torch.Tensor, cfg:DPOConfig, step:int) -> dict:
+    "One optimiser update on the batch of `step` (1-based); returns its metrics row."
+    dev = next(policy.parameters()).device
+    idx = _batch_indices(len(pairs), cfg.batch_size, step, cfg.seed)
+    out = concatenated_forward(policy, collate_pairs(*zip(*[pairs[i] for i in idx]), pad_token_id=cfg.pad_token_id), reduction=cfg.reduction)
+    loss, m = dpo_loss(out["chosen_logps"], out["rejected_logps"], ref_c[idx].to(dev), ref_r[idx].to(dev), cfg.beta, cfg.loss_type, cfg.label_smoothing)
+    row = {"step": step, "dpo_loss": loss.item()}
+    loss = cfg.dpo_coef * loss
+    if cfg.nll_coef:
+        # $\mathcal L_{\text{RPO}} = \mathcal L_{\text{DPO}} - \alpha\,\frac{\sum_i \log\pi_\theta(y_w^{(i)}|x^{(i)})}{\sum_i |y_w^{(i)}|}$
+        cm = out["response_mask"][:len(idx)]                                       # (B, T-1) chosen answer tokens
+        nll = masked_mean(-out["token_logps"][:len(idx)], cm)
+        loss = loss + cfg.nll_coef * nll; row["nll"] = nll.item()
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    gn = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm if cfg.max_grad_norm else math.inf)
+    opt.step()
+    row.update({"loss": loss.item(), "grad_norm": gn.item(), **{k: v.item() for k, v in m.items()}})
+    return row
+
+# %% ../nbs/15_preference.ipynb #3154cbb1
+def _dpo_resume(ck:Path, run_cfg:dict, cfg:DPOConfig, policy, opt):
+    "(step, wall seconds so far, ref chosen, ref rejected) from the checkpoint in `ck`, or None when there is none."
+    if not recover_dir(ck): return None
+    step = read_state(ck)["step"]
+    if step > cfg.steps: raise CheckpointError(f"checkpoint {str(ck)!r} is at step {step}, beyond `steps`={cfg.steps}")
+    st = load_checkpoint(ck, run_cfg, None, policy, opt, tensors=("ref_logps",), label="run")
+    ref = st["tensors"]["ref_logps"]
+    return st["step"], float(st["extra"].get("wall_s", 0.0)), ref["chosen"], ref["rejected"]
+
+def _dpo_loop(policy, ref, pairs:list, cfg:DPOConfig, eval_fn, out:Path|None) -> list[dict]:
+    "The training loop of `train_dpo` (`out`: the locked, prepared run directory, or None)."
+    opt = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    run_cfg, ck = _run_config(cfg, pairs), (out / "ckpt" if out else None)
+    log = MetricsLog(out / "metrics.jsonl") if out else None
+    resumed = _dpo_resume(ck, run_cfg, cfg, policy, opt) if out else None
+    if resumed: start, t_prev, ref_c, ref_r = resumed
+    else: (start, t_prev), (ref_c, ref_r) = (0, 0.0), _ref_logps(ref if ref is not None else policy, pairs, cfg.reduction, cfg.pad_token_id)
+    hist = [r for r in log.read() if r["step"] <= start] if resumed else []
+    if log: log.rewrite(hist)                                  # drops rows logged after the checkpoint
+    t0, probe_pairs = time.time(), pairs[:cfg.probe]
+    def record(row):
+        hist.append(row)
+        if log: log.append(row)
+    def evaluate_row(): return {**_probe_row(policy, probe_pairs, ref_c, ref_r, cfg), **(eval_fn(policy) if eval_fn else {})}
+    if start == 0: record({"step": 0, **evaluate_row()})
+    policy.train()
+    for step in range(start + 1, cfg.steps + 1):
+        row = _dpo_update(policy, opt, pairs, ref_c, ref_r, cfg, step)
+        if step % cfg.eval_every == 0 or step == cfg.steps: row.update(evaluate_row())
+        record(row)
+        if ck and (step % cfg.save_every == 0 or step == cfg.steps):
+            save_checkpoint(ck, step, run_cfg, None, policy, opt, extra={"wall_s": t_prev + time.time() - t0, "code": code_version()},
+                            tensors={"ref_logps": {"chosen": ref_c, "rejected": ref_r}})
+    if out and (start < cfg.steps or not (out / "done.json").exists()):
+        write_json_atomic(out / "done.json", {"steps": cfg.steps, "wall_s": round(t_prev + time.time() - t0, 2), "code": code_version()})
+    policy.eval()
+    return hist
+
+# %% ../nbs/15_preference.ipynb #9b40c6df
 def train_dpo(policy,  # causal LM to train (in place)
               ref,  # frozen reference LM, or None: the policy as it is before the first update
               pairs,  # (prompt_ids, chosen_ids, rejected_ids) triples of token-id lists, or what `verifier_pairs` returns
@@ -123,107 +229,16 @@ def train_dpo(policy,  # causal LM to train (in place)
               pad_token_id:int=0,  # padding id for `collate_pairs`
               out_dir:str|None=None,  # if set: metrics.jsonl, checkpoints in ckpt/, and done.json at the end
               save_every:int=50,  # steps between checkpoints (the last step is always saved)
-              resume:bool=True,  # continue from the checkpoint in `out_dir` (False: delete it and start over)
+              resume:bool=True,  # continue the run found in `out_dir` (False: a previous run there is an error, unless `overwrite`)
+              overwrite:bool=False,  # delete a previous run in `out_dir` and start over
              ) -> list[dict]:
     "DPO (or IPO / hinge / robust, optionally with RPO's NLL term) on fixed pairs; returns one metrics dict per step."
+    cfg = DPOConfig(steps=steps, batch_size=batch_size, lr=lr, beta=beta, loss_type=loss_type, label_smoothing=label_smoothing,
+                    reduction=reduction, nll_coef=nll_coef, dpo_coef=dpo_coef, weight_decay=weight_decay, max_grad_norm=max_grad_norm,
+                    seed=seed, probe=probe, eval_every=eval_every, pad_token_id=pad_token_id, save_every=save_every)
     pairs = _as_triples(pairs)
     if not pairs: raise ValueError("`pairs` is empty")
-    for name, v, lo in (("steps", steps, 1), ("batch_size", batch_size, 1), ("eval_every", eval_every, 1),
-                        ("save_every", save_every, 1), ("probe", probe, 0)):
-        if not (isinstance(v, int) and v >= lo): raise ValueError(f"`{name}` must be an int >= {lo}, got {v!r}")
-    if not lr > 0: raise ValueError(f"`lr` must be > 0, got {lr!r}")
-    if not nll_coef >= 0: raise ValueError(f"`nll_coef` must be >= 0, got {nll_coef!r}")
-    if not dpo_coef >= 0 or dpo_coef == nll_coef == 0: raise ValueError(f"`dpo_coef` must be >= 0 and not both it and `nll_coef` 0, got {dpo_coef!r}, {nll_coef!r}")
-    if reduction not in REDUCTIONS: raise ValueError(f"unknown `reduction` {reduction!r}; expected one of {REDUCTIONS}")
-    z = torch.zeros(1); dpo_loss(z, z, z, z, beta, loss_type, label_smoothing)          # the loss's own argument checks
-    cfg = dict(batch_size=batch_size, lr=lr, beta=beta, loss_type=loss_type, label_smoothing=label_smoothing, reduction=reduction,
-               nll_coef=nll_coef, dpo_coef=dpo_coef, weight_decay=weight_decay, max_grad_norm=max_grad_norm, seed=seed, probe=probe,
-               eval_every=eval_every, n_pairs=len(pairs), pairs=_pairs_digest(pairs))
-    opt = torch.optim.AdamW(policy.parameters(), lr=lr, weight_decay=weight_decay)
-    ck = os.path.join(out_dir, "ckpt") if out_dir else None
-    mfile, done = (os.path.join(out_dir, "metrics.jsonl"), os.path.join(out_dir, "done.json")) if out_dir else (None, None)
-    start, hist, t_prev = 0, [], 0.0
-    if out_dir and not resume:
-        for d in (ck, ck + ".tmp", ck + ".old"): shutil.rmtree(d, ignore_errors=True)
-        for f in (mfile, done):
-            if os.path.exists(f): os.remove(f)
-    if ck and not os.path.exists(ck) and os.path.isfile(os.path.join(ck + ".old", "state.json")): os.replace(ck + ".old", ck)  # killed mid-save
-    if ck and os.path.isfile(os.path.join(ck, "state.json")):
-        with open(os.path.join(ck, "state.json")) as f: st = json.load(f)
-        if st.get("version") != DPO_CKPT_VERSION: raise CheckpointError(f"{ck!r} is not a version-{DPO_CKPT_VERSION} train_dpo checkpoint")
-        diff = [f"{k}: checkpoint {st['config'].get(k)!r} != now {cfg.get(k)!r}" for k in sorted(set(cfg) | set(st["config"]))
-                if st["config"].get(k) != cfg.get(k)]
-        if diff: raise CheckpointError(f"checkpoint {ck!r} was written by a different run: " + "; ".join(diff))
-        if st["step"] > steps: raise CheckpointError(f"checkpoint {ck!r} is at step {st['step']}, beyond `steps`={steps}")
-        missing, unexpected = st_load_model(policy, os.path.join(ck, "policy.safetensors"), strict=False)
-        if missing or unexpected: raise CheckpointError(f"{ck}/policy.safetensors does not fit `policy`: missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}")
-        optim_from_safetensors(opt, load_file(os.path.join(ck, "optim.safetensors")), st["optim"])
-        rl = load_file(os.path.join(ck, "ref_logps.safetensors")); ref_c, ref_r = rl["chosen"], rl["rejected"]
-        set_rng_state(st["rng"]); start, t_prev = st["step"], st["wall_s"]
-        if os.path.isfile(mfile):
-            with open(mfile) as f: hist = [row for row in map(json.loads, filter(str.strip, f)) if row["step"] <= start]
-    else: ref_c, ref_r = _ref_logps(ref if ref is not None else policy, pairs, reduction, pad_token_id)   # (N,) each
-    t0, dev, probe_pairs = time.time(), next(policy.parameters()).device, pairs[:probe]
-
-    def evaluate_row():
-        row = {}
-        if probe_pairs:
-            was = policy.training; policy.eval()
-            with torch.no_grad():
-                o = concatenated_forward(policy, collate_pairs(*zip(*probe_pairs), pad_token_id=pad_token_id), reduction=reduction)
-                loss, m = dpo_loss(o["chosen_logps"], o["rejected_logps"], ref_c[:probe].to(dev), ref_r[:probe].to(dev),
-                                   beta, loss_type, label_smoothing)
-                s = sequence_logps(o["token_logps"], o["response_mask"], "sum")          # (2P,) summed, whatever `reduction`
-            policy.train(was)
-            P = len(probe_pairs)
-            row = {"probe/loss": loss.item(), **{f"probe/{k}": v.item() for k, v in m.items()},
-                   "probe/sum_logps/chosen": s[:P].mean().item(), "probe/sum_logps/rejected": s[P:].mean().item()}
-        if eval_fn is not None: row.update(eval_fn(policy))
-        return row
-
-    def log(row):
-        hist.append(row)
-        if out_dir:
-            with open(mfile, "a") as f: f.write(json.dumps(row) + "\n")
-
-    def save(step):
-        tmp, old = ck + ".tmp", ck + ".old"
-        shutil.rmtree(tmp, ignore_errors=True); os.makedirs(tmp)
-        save_model(policy, os.path.join(tmp, "policy.safetensors"))
-        t, meta = optim_to_safetensors(opt); save_file(t, os.path.join(tmp, "optim.safetensors"))
-        save_file({"chosen": ref_c.contiguous(), "rejected": ref_r.contiguous()}, os.path.join(tmp, "ref_logps.safetensors"))
-        with open(os.path.join(tmp, "state.json"), "w") as f:
-            json.dump({"version": DPO_CKPT_VERSION, "step": step, "config": cfg, "optim": meta, "rng": rng_state(),
-                       "wall_s": t_prev + time.time() - t0}, f)
-        shutil.rmtree(old, ignore_errors=True)
-        if os.path.exists(ck): os.replace(ck, old)
-        os.replace(tmp, ck); shutil.rmtree(old, ignore_errors=True)
-
-    if out_dir:
-        os.makedirs(out_dir, exist_ok=True)
-        with open(mfile, "w") as f: f.writelines(json.dumps(row) + "\n" for row in hist)   # drops rows logged after the checkpoint
-    if start == 0: log({"step": 0, **evaluate_row()})
-    policy.train()
-    for step in range(start + 1, steps + 1):
-        idx = _batch_indices(len(pairs), batch_size, step, seed)
-        out = concatenated_forward(policy, collate_pairs(*zip(*[pairs[i] for i in idx]), pad_token_id=pad_token_id), reduction=reduction)
-        loss, m = dpo_loss(out["chosen_logps"], out["rejected_logps"], ref_c[idx].to(dev), ref_r[idx].to(dev), beta, loss_type, label_smoothing)
-        row = {"step": step, "dpo_loss": loss.item()}
-        loss = dpo_coef * loss
-        if nll_coef:
-            # $\mathcal L_{\text{RPO}} = \mathcal L_{\text{DPO}} - \alpha\,\frac{\sum_i \log\pi_\theta(y_w^{(i)}|x^{(i)})}{\sum_i |y_w^{(i)}|}$
-            cm = out["response_mask"][:len(idx)]                                       # (B, T-1) chosen answer tokens
-            nll = masked_mean(-out["token_logps"][:len(idx)], cm)
-            loss = loss + nll_coef * nll; row["nll"] = nll.item()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        gn = torch.nn.utils.clip_grad_norm_(policy.parameters(), max_grad_norm if max_grad_norm else math.inf)
-        opt.step()
-        row.update({"loss": loss.item(), "grad_norm": gn.item(), **{k: v.item() for k, v in m.items()}})
-        if step % eval_every == 0 or step == steps: row.update(evaluate_row())
-        log(row)
-        if out_dir and (step % save_every == 0 or step == steps): save(step)
-    if out_dir and (start < steps or not os.path.exists(done)):
-        with open(done, "w") as f: json.dump({"steps": steps, "wall_s": round(t_prev + time.time() - t0, 2)}, f)
-    policy.eval()
-    return hist
+    if out_dir is None: return _dpo_loop(policy, ref, pairs, cfg, eval_fn, None)
+    with RunLock(out_dir):
+        prepare_run_dir(out_dir, resume=resume and not overwrite, overwrite=overwrite, markers=DPO_MARKERS)
+        return _dpo_loop(policy, ref, pairs, cfg, eval_fn, Path(out_dir))

@@ -5,14 +5,13 @@
 # %% ../nbs/12_rollout.ipynb #d5a075f7
 from __future__ import annotations
 import time
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 import torch
 from transformers import DynamicCache, StaticCache
-from tqdm.auto import tqdm
 from .core import logprobs_from_logits, logprobs_and_entropy
 
 # %% auto #0
-__all__ = ['Rollout', 'position_ids_from_mask', 'generate', 'response_logprobs', 'cat_rollouts', 'evaluate']
+__all__ = ['Rollout', 'position_ids_from_mask', 'NonFiniteLogits', 'generate', 'response_logprobs', 'cat_rollouts', 'evaluate']
 
 # %% ../nbs/12_rollout.ipynb #94389dd2
 @dataclass
@@ -28,6 +27,7 @@ class Rollout:
     group_size: int                # G
     prompts: list[str] = field(default_factory=list)  # the n_prompts prompt strings
     temperature: float = 1.0       # sampling temperature (recompute log-probs with it)
+    pad_token_id: int = 0          # id of the padding (left of short prompts, right of ended responses)
 
     @property
     def response_ids(self) -> torch.Tensor: return self.input_ids[:, self.prompt_len:]           # (B, T)
@@ -36,6 +36,12 @@ class Rollout:
     @property
     def position_ids(self) -> torch.Tensor: return position_ids_from_mask(self.attention_mask)    # (B, P+T)
     def __len__(self): return self.input_ids.shape[0]
+    @classmethod
+    def concat(cls, parts:list[Rollout]) -> Rollout: return cat_rollouts(parts)   # lets `rl_notes.dapo.dynamic_sample` join rollouts
+
+    def to(self, device) -> "Rollout":
+        "The rollout with every tensor on `device`."
+        return replace(self, **{k: getattr(self, k).to(device) for k in ("input_ids", "attention_mask", "response_mask", "old_logp", "truncated")})
 
     def select(self, idx) -> "Rollout":
         "Rows `idx` (a list/tensor of row indices, or a bool mask of shape (B,)); `group_size` is kept only for whole groups."
@@ -55,6 +61,9 @@ def position_ids_from_mask(attention_mask:torch.Tensor  # (B, L) 1 on real token
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 # %% ../nbs/12_rollout.ipynb #9eff3c87
+class NonFiniteLogits(ValueError):
+    "The model gave NaN or infinite logits: its weights have diverged (e.g. a too-large learning rate) or are corrupt."
+
 def _eos_ids(model, tokenizer) -> list[int]:
     ids = {tokenizer.eos_token_id}
     gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
@@ -115,8 +124,12 @@ def generate(model,  # a causal LM (e.g. `tiny_llama` or `load_model`)
     next_pos = pos[:, -1:] + 1                                               # (B, 1)
     done = torch.zeros(B, dtype=torch.bool, device=dev)
     toks, logps, masks = [], [], []
+    bad = torch.zeros(B, dtype=torch.bool, device=dev)                       # rows whose logits were NaN or +inf
     for t in range(max_new_tokens):
         logits = out.logits[:, -1].float()                                  # (B, V)
+        ok = torch.isfinite(logits.amax(-1))                                 # (B,) amax propagates NaN
+        bad |= ~ok
+        logits = torch.where(ok[:, None], logits, torch.zeros_like(logits))  # sampling stays valid; refused below
         tok = logits.argmax(-1) if greedy else _sample(logits, temperature, top_p, gen)
         lp = logprobs_from_logits(logits, tok, temperature=temperature)      # (B,)
         live = ~done
@@ -128,6 +141,9 @@ def generate(model,  # a causal LM (e.g. `tiny_llama` or `load_model`)
         else: att = torch.cat([att, live[:, None].to(att.dtype)], 1)
         out = model(input_ids=tok[:, None], attention_mask=att, position_ids=next_pos, cache=out.cache, use_cache=True)
         next_pos = next_pos + 1
+    if bool(bad.any()):
+        raise NonFiniteLogits(f"`model` gave NaN or infinite logits for {int(bad.sum())} of {B} rows while generating: "
+                              "its weights have diverged or are corrupt")
     resp = torch.stack(toks, 1)                                              # (B, T)
     rmask = torch.stack(masks, 1).to(att.dtype)                              # (B, T)
     input_ids = torch.cat([ids, resp], 1)                                    # (B, P+T)
@@ -136,7 +152,7 @@ def generate(model,  # a causal LM (e.g. `tiny_llama` or `load_model`)
     text = [tokenizer.decode(r[m.bool() & ~e], skip_special_tokens=True) for r, m, e in zip(resp, rmask, ends)]
     return Rollout(input_ids=input_ids, attention_mask=attention_mask, response_mask=rmask,
                    old_logp=torch.stack(logps, 1), truncated=~done, response_text=text, prompt_len=P,
-                   group_size=group_size, prompts=list(prompts), temperature=float(temperature))
+                   group_size=group_size, prompts=list(prompts), temperature=float(temperature), pad_token_id=int(pad))
 
 # %% ../nbs/12_rollout.ipynb #ff2b1c85
 def response_logprobs(model,  # a causal LM (gradients flow unless called under no_grad)
@@ -154,17 +170,24 @@ def response_logprobs(model,  # a causal LM (gradients flow unless called under 
                    use_cache=False, logits_to_keep=T).logits                 # (B, T, V)
     labels = ids[:, P:]                                                       # (B, T)
     m = rollout.response_mask.bool()
-    if with_entropy:
-        logp, ent = logprobs_and_entropy(logits, labels, temperature=temperature)
-        return logp.masked_fill(~m, 0.0), ent.masked_fill(~m, 0.0)
-    return logprobs_from_logits(logits, labels, temperature=temperature).masked_fill(~m, 0.0)
+    try:
+        if with_entropy:
+            logp, ent = logprobs_and_entropy(logits, labels, temperature=temperature)
+            return logp.masked_fill(~m, 0.0), ent.masked_fill(~m, 0.0)
+        return logprobs_from_logits(logits, labels, temperature=temperature).masked_fill(~m, 0.0)
+    except ValueError:
+        if not bool(torch.isfinite(logits.detach().amax(-1)).all()):
+            raise NonFiniteLogits("`model` gave NaN or infinite logits on the rollout: its weights have diverged or are corrupt") from None
+        raise
 
 # %% ../nbs/12_rollout.ipynb #aa42df81
 def cat_rollouts(rollouts:list[Rollout],  # rollouts with the same group size and temperature
-                 pad_token_id:int=0,  # id used for the new padding
+                 pad_token_id:int|None=None,  # id used for the new padding; default: the first rollout's
                 ) -> Rollout:
-    "Concatenate rollouts along the batch, re-padding to a common prompt width P and response width T."
+    "Concatenate rollouts along the batch, re-padding to a common prompt width P and response width T (empty rollouts add no width)."
     if not rollouts: raise ValueError("`rollouts` is empty")
+    rollouts = [r for r in rollouts if len(r)] or rollouts[:1]
+    if pad_token_id is None: pad_token_id = rollouts[0].pad_token_id
     if len({r.group_size for r in rollouts}) != 1: raise ValueError(f"`rollouts` have different group sizes {[r.group_size for r in rollouts]}")
     if len({r.temperature for r in rollouts}) != 1: raise ValueError(f"`rollouts` have different temperatures {[r.temperature for r in rollouts]}")
     P = max(r.prompt_len for r in rollouts); T = max(r.response_mask.shape[1] for r in rollouts)
@@ -179,7 +202,7 @@ def cat_rollouts(rollouts:list[Rollout],  # rollouts with the same group size an
                    old_logp=torch.cat(lp), truncated=torch.cat([r.truncated for r in rollouts]),
                    response_text=sum((r.response_text for r in rollouts), []), prompt_len=P,
                    group_size=rollouts[0].group_size, prompts=sum((r.prompts for r in rollouts), []),
-                   temperature=rollouts[0].temperature)
+                   temperature=rollouts[0].temperature, pad_token_id=pad_token_id)
 
 # %% ../nbs/12_rollout.ipynb #a7d7b5ae
 @torch.no_grad()

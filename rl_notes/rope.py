@@ -68,6 +68,8 @@ def rope_inv_freq(dim:int,  # rotary dimension (the head dim); must be even
     "Inverse frequencies theta_i = base^(-2i/dim), optionally rescaled for longer contexts; returns `RopeInit(inv_freq, attention_factor)`."
     if isinstance(dim, bool) or not isinstance(dim, int) or dim <= 0 or dim % 2:
         raise ValueError(f"`dim` must be a positive even int (pairs of dimensions are rotated), got {dim!r}")
+    if seq_len is not None and (isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 0):
+        raise ValueError(f"`seq_len` must be None or an int >= 0, got {seq_len!r}")
     sc = dict(scaling or {})
     base = _positive("base", sc.get("rope_theta") or base)
     rope_type = sc.get("rope_type", sc.get("type", "default"))
@@ -83,6 +85,8 @@ def rope_inv_freq(dim:int,  # rotary dimension (the head dim); must be even
         return RopeInit(inv_freq / s, 1.0)
     L0 = _positive("original_max_position_embeddings", _need(sc, "original_max_position_embeddings", rope_type, L0))
     if rope_type == "dynamic":
+        # dim == 2: the only frequency is b^0 = 1 whatever the base, so the new base changes nothing (and d/(d-2) is undefined)
+        if dim == 2: return RopeInit(inv_freq, 1.0)
         L = max(seq_len or 0, L0)
         # $b' = b\,(sL/L_0 - (s-1))^{d/(d-2)}$
         b2 = base * ((s * L / L0) - (s - 1)) ** (dim / (dim - 2))
@@ -100,7 +104,8 @@ def rope_inv_freq(dim:int,  # rotary dimension (the head dim); must be even
         # $\sqrt{1/t} = 0.1 \ln s + 1$ (YaRN's recommended temperature), or DeepSeek's ratio of two such terms
         att = mscale(s, m) / mscale(s, m_all) if (m and m_all) else mscale(s)
     att = _positive("attention_factor", att)
-    inv = _yarn_inv_freq(dim, base, s, L0, sc.get("beta_fast") or 32, sc.get("beta_slow") or 1, sc.get("truncate", True), device)
+    b_fast, b_slow = _positive("beta_fast", sc.get("beta_fast") or 32), _positive("beta_slow", sc.get("beta_slow") or 1)
+    inv = _yarn_inv_freq(dim, base, s, L0, b_fast, b_slow, sc.get("truncate", True), device)
     return RopeInit(inv, float(att))
 
 # %% ../nbs/01_rope.ipynb #949b3720
@@ -117,9 +122,12 @@ def rope_cos_sin(positions:torch.Tensor|int,  # integer positions (T,) or (B, T)
     attention_factor = 1.0 if attention_factor is None else attention_factor
     if not isinstance(inv_freq, torch.Tensor) or inv_freq.ndim != 1:
         raise ValueError(f"`inv_freq` must be a 1-D tensor (dim/2,), got {getattr(inv_freq, 'shape', type(inv_freq))}")
-    if isinstance(positions, int): positions = torch.arange(positions, device=inv_freq.device)
-    if positions.is_floating_point() or positions.ndim not in (1, 2):
-        raise ValueError(f"`positions` must be an integer tensor (T,) or (B, T), got {positions.dtype} {tuple(positions.shape)}")
+    if isinstance(positions, int):
+        if positions < 0: raise ValueError(f"`positions` as an int is a length T >= 0, got {positions}")
+        positions = torch.arange(positions, device=inv_freq.device)
+    if not isinstance(positions, torch.Tensor) or positions.is_floating_point() or positions.is_complex() \
+            or positions.dtype == torch.bool or positions.ndim not in (1, 2):
+        raise ValueError(f"`positions` must be an integer tensor (T,) or (B, T), got {getattr(positions, 'dtype', type(positions).__name__)} {tuple(getattr(positions, 'shape', ()))}")
     if positions.numel() and int(positions.abs().max()) >= 2 ** 24:
         raise ValueError(f"`positions` must be < 2**24 (exact in float32), got max {int(positions.abs().max())}")
     if layout not in (None, "half", "interleaved"):
@@ -192,6 +200,10 @@ def apply_rope(q:torch.Tensor,  # queries (B, H, T, D)
               ) -> tuple[torch.Tensor, torch.Tensor|None]:
     "Rotate each pair of dimensions of `q` and `k` by position * theta_i; returns new tensors `(q_rot, k_rot)`."
     if layout not in ("half", "interleaved"): raise ValueError(f"`layout` must be 'half' or 'interleaved', got {layout!r}")
+    for name, t in (("q", q), ("k", k), ("cos", cos), ("sin", sin)):
+        if t is None and name == "k": continue
+        if not isinstance(t, torch.Tensor): raise ValueError(f"`{name}` must be a torch.Tensor, got {type(t).__name__}")
+        if not t.is_floating_point(): raise ValueError(f"`{name}` must be a floating-point tensor, got {t.dtype}")
     if q.ndim != 4: raise ValueError(f"`q` must be (B, H, T, D), got {tuple(q.shape)}")
     B, H, T, D = q.shape
     if D % 2: raise ValueError(f"the head dimension must be even, got q with D={D}")
@@ -236,6 +248,13 @@ def t5_relative_bucket(rel_pos:torch.Tensor,  # key position minus query positio
                        max_distance:int=128,  # distances >= this share the last bucket
                       ) -> torch.Tensor:
     "T5's bucket index for each relative position: exact below num_buckets/2 (per direction), log-spaced up to max_distance."
+    if not isinstance(rel_pos, torch.Tensor) or rel_pos.is_floating_point() or rel_pos.is_complex() or rel_pos.dtype == torch.bool:
+        raise ValueError(f"`rel_pos` must be an integer tensor, got {getattr(rel_pos, 'dtype', type(rel_pos).__name__)}")
+    per_dir = num_buckets // 2 if bidirectional else num_buckets
+    if isinstance(num_buckets, bool) or not isinstance(num_buckets, int) or per_dir < 2:
+        raise ValueError(f"`num_buckets` must be an int with >= 2 buckets per direction, got {num_buckets!r} (bidirectional={bidirectional})")
+    if not max_distance > per_dir // 2:
+        raise ValueError(f"`max_distance` must exceed the exact range {per_dir // 2} (num_buckets={num_buckets}), got {max_distance!r}")
     n, bucket = num_buckets, torch.zeros_like(rel_pos)
     if bidirectional:
         n //= 2

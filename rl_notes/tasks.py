@@ -4,8 +4,7 @@
 
 # %% ../nbs/10_tasks.ipynb #e0610b4b
 from __future__ import annotations
-import hashlib, itertools, random, re
-from dataclasses import dataclass, field
+import hashlib, random, re
 import torch
 from datasets import Dataset
 
@@ -102,6 +101,8 @@ class Task:
         return f"{type(self).__name__}({kw})"
 
 # %% ../nbs/10_tasks.ipynb #8d20e37b
+def _is_int(v) -> bool: return isinstance(v, int) and not isinstance(v, bool)   # True is an int to Python, not to a config
+
 class Addition(Task):
     "Add two integers with `min_digits..max_digits` digits each; optional scratchpad of column sums and carries."
     name = "addition"
@@ -112,13 +113,14 @@ class Addition(Task):
                  scratchpad:bool=True,  # write column sums and carries before the answer
                  scratchpad_share:float=1.0,  # share of prompts whose demonstration uses the scratchpad; the rest show the bare sum (response length is then the policy's choice)
                 ):
-        if not (isinstance(min_digits, int) and isinstance(max_digits, int) and 1 <= min_digits <= max_digits <= 18):
+        if not (_is_int(min_digits) and _is_int(max_digits) and 1 <= min_digits <= max_digits <= 18):
             raise ValueError(f"need integers 1 <= `min_digits` <= `max_digits` <= 18, got min_digits={min_digits!r}, "
                              f"max_digits={max_digits!r}")
-        if not (isinstance(scratchpad_share, (int, float)) and 0 <= scratchpad_share <= 1):
+        if not isinstance(scratchpad, bool): raise ValueError(f"`scratchpad` must be a bool, got {scratchpad!r}")
+        if not (isinstance(scratchpad_share, (int, float)) and not isinstance(scratchpad_share, bool) and 0 <= scratchpad_share <= 1):
             raise ValueError(f"`scratchpad_share` must be a number in [0, 1], got {scratchpad_share!r}")
         if scratchpad_share < 1 and not scratchpad: raise ValueError("`scratchpad_share` < 1 needs scratchpad=True (it mixes the two forms)")
-        self.min_digits, self.max_digits, self.scratchpad = min_digits, max_digits, bool(scratchpad)
+        self.min_digits, self.max_digits, self.scratchpad = min_digits, max_digits, scratchpad
         self.scratchpad_share = float(scratchpad_share)
 
     def config(self) -> dict:
@@ -209,10 +211,10 @@ class Countdown(Task):
                  max_number:int=9,  # numbers are drawn from 1..max_number
                  max_target:int=99,  # targets are in 0..max_target (others are re-drawn)
                 ):
-        if not (isinstance(n_numbers, int) and 2 <= n_numbers <= 6):
+        if not (_is_int(n_numbers) and 2 <= n_numbers <= 6):
             raise ValueError(f"`n_numbers` must be an int in 2..6, got {n_numbers!r}")
-        if not (isinstance(max_number, int) and max_number >= 2): raise ValueError(f"`max_number` must be an int >= 2, got {max_number!r}")
-        if not (isinstance(max_target, int) and max_target >= 1): raise ValueError(f"`max_target` must be an int >= 1, got {max_target!r}")
+        if not (_is_int(max_number) and max_number >= 2): raise ValueError(f"`max_number` must be an int >= 2, got {max_number!r}")
+        if not (_is_int(max_target) and max_target >= 1): raise ValueError(f"`max_target` must be an int >= 1, got {max_target!r}")
         self.n_numbers, self.max_number, self.max_target = n_numbers, max_number, max_target
 
     def _sample(self, rng):

@@ -4,92 +4,187 @@
 
 # %% ../nbs/14_trainer.ipynb #7bfa91ff
 from __future__ import annotations
-import os, io, json, math, time, copy, random, hashlib, shutil, dataclasses, contextlib
+import os, json, math, time, copy, random, hashlib, dataclasses, contextlib
 from dataclasses import dataclass, field, asdict
+from pathlib import Path
+from typing import Literal
 import numpy as np
 import torch
 from tqdm.auto import tqdm
-from .core import AGG_MODES, KL_KINDS, agg_loss, masked_mean, masked_sum, masked_whiten, kl_penalty
-from .checkpoint import (CKPT_VERSION, CheckpointError, rng_state, set_rng_state, optim_to_safetensors,
-                                optim_from_safetensors, save_checkpoint, read_state, load_checkpoint)
-from .ppo import terminal_rewards
-from .models import load_reward_model, _quiet_hf
+from .core import AGG_MODES, KL_KINDS, masked_mean, masked_whiten
+from .ppo import value_loss, explained_variance, terminal_rewards, value_model_from_policy, value_model_from_reward_model
+from .grpo import group_advantages, grpo_loss
+from .dapo import dynamic_sample, overlong_filter_mask, soft_overlong_punishment
+from .vapo import decoupled_gae, positive_lm_loss, value_pretrain_loss
+from .tasks import get_task
+from .models import load_model, load_reward_model, _quiet_hf
+from .rollout import Rollout, NonFiniteLogits, generate, response_logprobs, evaluate
+from .checkpoint import (CheckpointError, validate_config, MetricsLog, RunLock, prepare_run_dir, recover_dir,
+                                 save_checkpoint, load_checkpoint)
 
 # %% auto #0
-__all__ = ['ADV_ESTIMATORS', 'PRESETS', 'RUN_CONTROL', 'Algo', 'get_algo', 'TrainConfig', 'score', 'whiten_across', 'advantages',
-           'Meter', 'heldout_eval', 'seed_everything', 'train']
+__all__ = ['PRESETS', 'ADVANTAGE_ESTIMATORS', 'CRITIC_ESTIMATORS', 'POLICY_LOSSES', 'RUN_CONTROL', 'Algo', 'get_algo', 'Batch',
+           'make_batch', 'adv_group', 'adv_group_mean', 'adv_gae', 'loss_clip', 'TrainConfig', 'Meter', 'heldout_eval',
+           'TrainingDiverged', 'seed_everything', 'Run', 'setup', 'collect', 'advantages', 'update', 'heldout',
+           'eval_due', 'log_row', 'checkpoint', 'value_pretrain', 'train']
 
 # %% ../nbs/14_trainer.ipynb #2efb1170
-ADV_ESTIMATORS = ("gae", "group", "group-mean-only")
+def _f(default, **rules):
+    "A dataclass field with a default and the rules (ge, gt, le, lt, choices, check) that `validate_config` enforces."
+    return field(default=default, metadata=rules)
+
+def _known(cls, d:dict) -> dict:
+    "`d`, once every key is known to be a field of the dataclass `cls` (a ValueError names the others)."
+    bad = set(d) - {f.name for f in dataclasses.fields(cls)}
+    if bad: raise ValueError(f"unknown {cls.__name__} field(s) {sorted(bad)}")
+    return d
+
+def _one_of(table:dict, v) -> str|None:
+    "A `check`: `v` must be a key of `table` (looked up when checked, so an entry added later counts)."
+    return None if v in table else "must be one of " + ", ".join(map(repr, table))
+
+def _lam_or_adaptive(v) -> str|None:
+    "A `check` for `lam_actor`: a lambda in [0, 1], or VAPO's length-adaptive one."
+    return None if v == "adaptive" or 0 <= v <= 1 else "must be a float in [0, 1] or 'adaptive'"
 
 @dataclass
 class Algo:
     "The choices that tell PPO, GRPO, Dr. GRPO, DAPO and VAPO apart; the rest of the loop is shared."
     name: str = "custom"  # label written to the metrics
-    adv: str = "group"  # advantage estimator: gae (critic) | group ((r-mean)/std) | group-mean-only (r-mean, Dr. GRPO)
-    agg: str = "seq-mean-token-mean"  # loss aggregation, one of `rl_notes.core.AGG_MODES`
-    eps_low: float = 0.2  # lower clip: the ratio may fall to 1-eps_low
-    eps_high: float = 0.2  # upper clip: the ratio may rise to 1+eps_high (DAPO Clip-Higher raises only this)
-    dual_clip: float|None = None  # dual-clip constant c > 1 bounding the loss of negative advantages; None: off
-    kl_coef: float = 0.0  # beta of the KL(pi || pi_ref) loss term; 0 drops the reference model
-    kl_kind: str = "k3"  # per-token KL estimator, one of `rl_notes.core.KL_KINDS`
+    adv: str = _f("group", check=lambda v: _one_of(ADVANTAGE_ESTIMATORS, v))  # advantage estimator, a key of `ADVANTAGE_ESTIMATORS`
+    loss: str = _f("clip", check=lambda v: _one_of(POLICY_LOSSES, v))  # policy loss, a key of `POLICY_LOSSES`
+    agg: str = _f("seq-mean-token-mean", choices=AGG_MODES)  # loss aggregation, one of `rl_notes.core.AGG_MODES`
+    eps_low: float = _f(0.2, ge=0, lt=1)  # lower clip: the ratio may fall to 1-eps_low
+    eps_high: float = _f(0.2, ge=0)  # upper clip: the ratio may rise to 1+eps_high (DAPO's Clip-Higher raises only this)
+    dual_clip: float|None = _f(None, gt=1)  # dual-clip constant c > 1 bounding the loss of negative advantages; None: off
+    beta: float = _f(0.0, ge=0)  # weight of the KL(pi || pi_ref) loss term; 0 drops the reference model
+    kl: str = _f("k3", choices=KL_KINDS)  # per-token KL estimator, one of `rl_notes.core.KL_KINDS`
     dynamic_sampling: bool = False  # DAPO: drop groups whose rewards are all equal and sample more prompts
-    max_gen_rounds: int = 3  # bound on generation rounds per step under dynamic sampling
+    max_rounds: int = _f(3, ge=1)  # bound on generation rounds per step under dynamic sampling
     overlong_filter: bool = False  # mask the loss of truncated responses
     soft_overlong: bool = False  # add DAPO's soft overlong punishment (Eq. 13) to the reward
-    overlong_cache: int = 4  # L_cache of the soft punishment, in tokens
-    gamma: float = 1.0  # discount of GAE
-    critic_lam: float = 0.95  # GAE lambda of the critic's targets (VAPO: 1.0)
-    actor_lam: float|str = 0.95  # GAE lambda of the actor's advantages, or "adaptive": 1-1/(alpha*l) (VAPO)
-    lam_alpha: float = 0.05  # alpha of the length-adaptive lambda
+    cache_len: int = _f(4, ge=0)  # L_cache of the soft punishment, in tokens
+    gamma: float = _f(1.0, ge=0, le=1)  # discount of GAE
+    lam_critic: float = _f(0.95, ge=0, le=1)  # GAE lambda of the critic's targets (VAPO: 1.0)
+    lam_actor: float|Literal["adaptive"] = _f(0.95, check=_lam_or_adaptive)  # GAE lambda of the actor's advantages, or "adaptive": 1-1/(alpha*l) (VAPO)
+    alpha: float = _f(0.05, gt=0)  # alpha of the length-adaptive lambda
     whiten_adv: bool = True  # whiten GAE advantages over the batch (PPO practice; group advantages are already scaled)
-    value_pretrain_steps: int = 0  # VAPO: critic-only steps on the frozen initial policy (lambda=1) before RL
-    value_clip: float|None = None  # clip range of the value loss; None: plain MSE
-    lm_coef: float = 0.0  # VAPO: weight of the NLL loss on correct (reward-1) responses
+    value_pretrain_steps: int = _f(0, ge=0)  # VAPO: critic-only steps on the frozen initial policy (lambda=1) before RL
+    value_clip: float|None = _f(None, gt=0)  # clip range of the value loss; None: plain MSE
+    mu: float = _f(0.0, ge=0)  # VAPO: weight of the NLL loss on correct (reward-1) responses
 
-    def __post_init__(self):
-        if self.adv not in ADV_ESTIMATORS: raise ValueError(f"Algo.adv must be one of {ADV_ESTIMATORS}, got {self.adv!r}")
-        if self.agg not in AGG_MODES: raise ValueError(f"Algo.agg must be one of {AGG_MODES}, got {self.agg!r}")
-        if self.kl_kind not in KL_KINDS: raise ValueError(f"Algo.kl_kind must be one of {KL_KINDS}, got {self.kl_kind!r}")
-        if not (0 <= self.eps_low < 1 and self.eps_high >= 0): raise ValueError(f"Algo needs 0<=eps_low<1 and eps_high>=0, got {self.eps_low}, {self.eps_high}")
-        if self.dual_clip is not None and not self.dual_clip > 1: raise ValueError(f"Algo.dual_clip must be > 1 or None, got {self.dual_clip}")
-        if self.max_gen_rounds < 1: raise ValueError(f"Algo.max_gen_rounds must be >= 1, got {self.max_gen_rounds}")
-        if isinstance(self.actor_lam, str) and self.actor_lam != "adaptive":
-            raise ValueError(f"Algo.actor_lam must be a float in [0, 1] or 'adaptive', got {self.actor_lam!r}")
-        if self.kl_coef < 0 or self.lm_coef < 0: raise ValueError(f"Algo.kl_coef and lm_coef must be >= 0, got {self.kl_coef}, {self.lm_coef}")
-
+    def __post_init__(self): validate_config(self)
     @property
-    def uses_critic(self): return self.adv == "gae"
+    def uses_critic(self) -> bool: return self.adv in CRITIC_ESTIMATORS
 
 # %% ../nbs/14_trainer.ipynb #0da4cf61
 PRESETS = {
     # PPO for LLMs (Ouyang et al. 2022; the verl/TRL defaults): critic + GAE, symmetric clip
-    "ppo": dict(adv="gae", agg="token-mean", critic_lam=0.95, actor_lam=0.95),
+    "ppo": dict(adv="gae", agg="token-mean", lam_critic=0.95, lam_actor=0.95),
     # GRPO (DeepSeekMath Eq. 3): group-normalised outcome advantage, 1/|o_i| per response, k3 KL with beta 0.04
-    "grpo": dict(adv="group", agg="seq-mean-token-mean", kl_coef=0.04, kl_kind="k3"),
+    "grpo": dict(adv="group", agg="seq-mean-token-mean", beta=0.04, kl="k3"),
     # Dr. GRPO (Liu et al. 2025): no std division, no 1/|o_i|: divide by a constant (max new tokens), no KL
     "dr_grpo": dict(adv="group-mean-only", agg="seq-mean-token-sum-norm"),
     # DAPO (Yu et al. 2025): clip-higher 0.28, dynamic sampling, token-level loss, soft overlong punishment
     "dapo": dict(adv="group", agg="token-mean", eps_high=0.28, dynamic_sampling=True, soft_overlong=True),
     # VAPO (Yue et al. 2025): value pre-training, decoupled (1.0 / adaptive) GAE, clip-higher, token-level loss,
     # positive-example LM loss 0.1
-    "vapo": dict(adv="gae", agg="token-mean", eps_high=0.28, critic_lam=1.0, actor_lam="adaptive", lam_alpha=0.05,
-                 value_pretrain_steps=20, lm_coef=0.1),
+    "vapo": dict(adv="gae", agg="token-mean", eps_high=0.28, lam_critic=1.0, lam_actor="adaptive", alpha=0.05,
+                 value_pretrain_steps=20, mu=0.1),
 }
 
 def get_algo(name:str|Algo,  # a preset name (`PRESETS`) or an `Algo`, returned as is (with overrides)
              **overrides,  # fields of `Algo` to change
             ) -> Algo:
     "The `Algo` of a preset, with `overrides` applied."
+    _known(Algo, overrides)
     if isinstance(name, Algo): return dataclasses.replace(name, **overrides)
     if name not in PRESETS: raise ValueError(f"unknown algo {name!r}; expected one of {sorted(PRESETS)}")
-    bad = set(overrides) - {f.name for f in dataclasses.fields(Algo)}
-    if bad: raise ValueError(f"unknown Algo field(s) {sorted(bad)}")
     return Algo(name=name, **{**PRESETS[name], **overrides})
+
+# %% ../nbs/14_trainer.ipynb #0f68edbe
+@dataclass
+class Batch:
+    "One step's training rows, every tensor on the accelerator's device; group members adjacent, (B,) per response, (B, T) per token."
+    ro: Rollout  # the sampled responses: ids, masks, old log-probs, truncation
+    reward: torch.Tensor  # (B,) verifier reward
+    score: torch.Tensor  # (B,) the reward the advantages see: verifier + soft overlong punishment
+    correct: torch.Tensor  # (B,) bool, verifier reward >= 1 (VAPO's positive examples)
+    mask: torch.Tensor  # (B, T) bool response mask
+    loss_mask: torch.Tensor  # (B, T) bool tokens the losses see (DAPO's overlong filter drops truncated responses)
+    group_size: int  # G
+    values: torch.Tensor|None = None  # (B, T) critic values at rollout time
+    adv: torch.Tensor|None = None  # (B,) or (B, T) advantages
+    returns: torch.Tensor|None = None  # (B, T) value targets
+
+    def rows(self, idx) -> Batch:
+        "The rows `idx` (indices or a (B,) bool mask) of every per-response and per-token tensor."
+        pick = lambda x: None if x is None else x[idx]
+        return dataclasses.replace(self, ro=self.ro.select(idx), **{k: pick(getattr(self, k)) for k in
+                                   ("reward", "score", "correct", "mask", "loss_mask", "values", "adv", "returns")})
+
+def make_batch(ro:Rollout,  # sampled responses (on the model's device)
+               reward:torch.Tensor,  # (B,) verifier rewards (the task scores on the CPU)
+               score:torch.Tensor,  # (B,) shaped rewards
+               device,  # the accelerator's device
+               overlong_filter:bool=False,  # DAPO: drop truncated responses from the loss mask
+              ) -> Batch:
+    "The step's batch with every tensor on `device`: the one place where the CPU's scores meet the device's masks."
+    ro = ro.to(device)
+    mask = ro.response_mask.bool()
+    loss_mask = overlong_filter_mask(ro.truncated, mask) if overlong_filter else mask
+    reward, score = reward.to(device), score.to(device)
+    return Batch(ro, reward, score, reward >= 1.0, mask, loss_mask, ro.group_size)
+
+# %% ../nbs/14_trainer.ipynb #e3ee0d70
+def adv_group(algo:Algo, batch:Batch, reduce=None):
+    "GRPO: each reward minus its group's mean, divided by the group's std; (B,), no value targets."
+    return group_advantages(batch.score, batch.group_size, scale="group"), None
+
+def adv_group_mean(algo:Algo, batch:Batch, reduce=None):
+    "Dr. GRPO: each reward minus its group's mean, no std division; (B,), no value targets."
+    return group_advantages(batch.score, batch.group_size, scale="none"), None
+
+def adv_gae(algo:Algo, batch:Batch,
+            reduce=None,  # sums a tensor over data-parallel processes (whitening over the union of their rows); None: this process
+           ):
+    "PPO / VAPO: the outcome reward on the last token, GAE with the critic's lambda (targets) and the actor's (advantages), whitened."
+    tok_r = terminal_rewards(batch.score, batch.mask)                        # (B, T)
+    adv, returns = decoupled_gae(tok_r, batch.values, batch.mask, lam_critic=algo.lam_critic, lam_actor=algo.lam_actor,
+                                 alpha=algo.alpha, gamma=algo.gamma)
+    if algo.whiten_adv and (reduce is not None or batch.mask.sum() > 1):   # one token alone cannot be whitened
+        adv = masked_whiten(adv, batch.mask, reduce=reduce)
+    return adv, returns
+
+# name -> fn(algo, batch, reduce) -> (advantages (B,) or (B, T), value targets (B, T) or None); a new estimator is one entry
+ADVANTAGE_ESTIMATORS = {"group": adv_group, "group-mean-only": adv_group_mean, "gae": adv_gae}
+CRITIC_ESTIMATORS = ("gae",)  # the estimators that read `batch.values` (the run builds a critic for them)
+
+def loss_clip(algo:Algo,
+              logp:torch.Tensor,  # (b, T) log-probs under the policy being trained
+              old_logp:torch.Tensor,  # (b, T) log-probs under the policy that sampled
+              ref_logp:torch.Tensor|None,  # (b, T) log-probs under the reference (None when beta == 0)
+              adv:torch.Tensor,  # (b,) or (b, T) advantages
+              mask:torch.Tensor,  # (b, T) loss mask
+              max_tokens:int,  # L_max of `seq-mean-token-sum-norm`
+              global_tokens:float|None,  # `token-mean` divisor over all processes
+             ) -> tuple[torch.Tensor, dict]:
+    "PPO's clipped surrogate (decoupled clip, optional dual clip) plus beta times the KL to the reference: `rl_notes.grpo.grpo_loss`."
+    return grpo_loss(logp, old_logp, ref_logp, adv, mask, eps_low=algo.eps_low, eps_high=algo.eps_high, beta=algo.beta, kl=algo.kl,
+                     agg=algo.agg, max_tokens=max_tokens, global_tokens=global_tokens, dual_clip=algo.dual_clip)
+
+# name -> fn(algo, logp, old_logp, ref_logp, adv, mask, max_tokens, global_tokens) -> (loss, metrics); a new loss is one entry
+POLICY_LOSSES = {"clip": loss_clip}
 
 # %% ../nbs/14_trainer.ipynb #abe3bf9a
 # fields that may change between a run and its resumption (they do not change what is computed)
-RUN_CONTROL = ("steps", "resume", "stop_at", "save_every", "progress", "out_dir", "threads")
+RUN_CONTROL = ("steps", "resume", "overwrite", "stop_at", "save_every", "progress", "out_dir", "threads")
+
+def _dir_path(p:str) -> str|None:
+    "A `check`: `p` can be (or become) a directory: its nearest existing ancestor is a directory."
+    for a in (Path(p), *Path(p).parents):
+        if a.exists(): return None if a.is_dir() else f"must be a directory path, but {str(a)!r} is a file"
+    return None
 
 @dataclass
 class TrainConfig:
@@ -98,107 +193,63 @@ class TrainConfig:
     algo: str|Algo = "grpo"  # preset name or `Algo`
     task: str = "addition"  # task name for `rl_notes.tasks.get_task`
     task_kw: dict = field(default_factory=dict)  # keyword arguments of the task
-    steps: int = 100  # RL steps (one rollout batch each)
-    n_prompts: int = 16  # prompts per step, over all processes
-    group_size: int = 8  # responses per prompt (G)
-    max_new_tokens: int = 16  # response budget; longer responses are truncated
-    temperature: float = 1.0  # sampling temperature (also used in the training log-probs)
-    lr: float = 5e-4  # policy AdamW learning rate
-    critic_lr: float = 1e-3  # critic AdamW learning rate
+    steps: int = _f(100, ge=0)  # RL steps (one rollout batch each)
+    n_prompts: int = _f(16, ge=1)  # prompts per step, over all processes
+    group_size: int = _f(8, ge=1)  # responses per prompt (G)
+    max_new_tokens: int = _f(16, ge=1)  # response budget; longer responses are truncated
+    temperature: float = _f(1.0, gt=0)  # sampling temperature (also used in the training log-probs)
+    lr: float = _f(5e-4, ge=0)  # policy AdamW learning rate
+    critic_lr: float = _f(1e-3, ge=0)  # critic AdamW learning rate
     critic_init: str|None = None  # critic start: None = policy trunk + fresh head; a path = a reward-model checkpoint (sequence classification, one label) whose trunk and score head start the critic (VAPO's setting)
-    weight_decay: float = 0.0  # AdamW weight decay
-    max_grad_norm: float = 1.0  # gradient clipping
-    warmup_steps: int = 0  # linear learning-rate warm-up over this many RL steps (Adam's first updates are sign-like: size lr for every weight)
-    ppo_epochs: int = 1  # passes over each rollout batch
-    n_minibatches: int = 1  # optimizer steps per pass
-    n_train: int = 20000  # size of the training prompt pool
-    n_eval: int = 200  # held-out prompts (greedy decoding)
-    eval_every: int = 25  # held-out evaluation every N steps (and at step 0 and at the end)
-    save_every: int = 0  # checkpoint every N steps; 0: only at the end
+    weight_decay: float = _f(0.0, ge=0)  # AdamW weight decay
+    max_grad_norm: float = _f(1.0, gt=0)  # gradient clipping
+    warmup_steps: int = _f(0, ge=0)  # linear learning-rate warm-up over this many RL steps (Adam's first updates are sign-like: size lr for every weight)
+    ppo_epochs: int = _f(1, ge=1)  # passes over each rollout batch
+    n_minibatches: int = _f(1, ge=1)  # optimizer steps per pass
+    n_train: int = _f(20000, ge=1)  # size of the training prompt pool
+    n_eval: int = _f(200, ge=0)  # held-out prompts (greedy decoding)
+    eval_every: int = _f(25, ge=0)  # held-out evaluation every N steps (and at step 0 and at the end); 0: only at step 0
+    save_every: int = _f(0, ge=0)  # checkpoint every N steps; 0: only at the end
     seed: int = 0  # seeds prompts, sampling and everything else
     shard_rollouts: bool = True  # each process samples its own prompts; False: all sample the global batch (exactly equal to 1 process)
-    out_dir: str = "runs/run"  # metrics.jsonl, config.json and ckpt/ go here
+    out_dir: str = _f("runs/run", check=_dir_path)  # metrics.jsonl, config.json and ckpt/ go here
     resume: bool = False  # continue from out_dir/ckpt if it exists
-    stop_at: int|None = None  # stop after this step without the final checkpoint, as if killed (for tests)
-    threads: int|None = None  # torch.set_num_threads; None: leave as is
+    overwrite: bool = False  # replace a previous run found in out_dir (without it, starting over one is refused)
+    stop_at: int|None = _f(None, ge=0)  # stop after this step without the final checkpoint, as if killed (for tests)
+    threads: int|None = _f(None, ge=1)  # torch.set_num_threads; None: leave as is
     progress: bool = True  # tqdm progress bar
 
     def __post_init__(self):
-        self.algo = get_algo(self.algo) if isinstance(self.algo, str) else self.algo
-        if isinstance(self.algo, dict): self.algo = Algo(**self.algo)
-        for k in ("steps", "n_prompts", "group_size", "max_new_tokens", "ppo_epochs", "n_minibatches", "n_eval"):
-            if not (isinstance(getattr(self, k), int) and getattr(self, k) >= (0 if k in ("steps", "n_eval") else 1)):
-                raise ValueError(f"TrainConfig.{k} must be a positive integer, got {getattr(self, k)!r}")
-        if not self.temperature > 0: raise ValueError(f"TrainConfig.temperature must be > 0, got {self.temperature}")
-        if self.critic_init is not None and not self.algo.uses_critic:
-            raise ValueError(f"TrainConfig.critic_init is set ({self.critic_init!r}) but algo {self.algo.name!r} has no critic (adv={self.algo.adv!r})")
+        if isinstance(self.algo, str): self.algo = get_algo(self.algo)
+        elif isinstance(self.algo, dict): self.algo = Algo(**_known(Algo, self.algo))   # e.g. from config.json
+        validate_config(self)
+        a = self.algo
+        if self.critic_init is not None and not a.uses_critic:
+            raise ValueError(f"TrainConfig.critic_init is set ({self.critic_init!r}) but algo {a.name!r} has no critic (adv={a.adv!r})")
+        if not a.uses_critic and self.group_size < 2:
+            raise ValueError(f"algo {a.name!r} uses group advantages: TrainConfig.group_size must be >= 2, got {self.group_size}")
+        if a.soft_overlong and a.cache_len > self.max_new_tokens:
+            raise ValueError(f"Algo.cache_len ({a.cache_len}) must be <= TrainConfig.max_new_tokens ({self.max_new_tokens}) for the soft overlong punishment")
         if self.n_prompts % self.n_minibatches: raise ValueError(f"TrainConfig.n_prompts ({self.n_prompts}) must be divisible by n_minibatches ({self.n_minibatches})")
+        if self.resume and self.overwrite: raise ValueError("TrainConfig.resume and overwrite exclude each other: continue the previous run, or replace it")
 
     def to_dict(self): return asdict(self)
     @classmethod
-    def from_dict(cls, d): return cls(**{**d, "algo": Algo(**d["algo"]) if isinstance(d["algo"], dict) else d["algo"]})
-
-# %% ../nbs/14_trainer.ipynb #e3ee0d70
-def score(task, examples, ro, group_size:int, algo:Algo, max_new_tokens:int):
-    "Verifier rewards (B,), correctness (B,) bool, parsed (B,) bool and the reward the loss sees (B,)."
-    from rl_notes.dapo import soft_overlong_punishment
-    rewards, parsed = task.rewards(examples, ro.response_text, group_size)   # (B,), (B,)
-    correct = rewards >= 1.0
-    r = rewards.clone()
-    if algo.soft_overlong:
-        lengths = ro.response_mask.sum(-1)                                       # (B,)
-        r = r + soft_overlong_punishment(lengths, max_new_tokens, algo.overlong_cache).to(r)
-    return rewards, correct, parsed, r
-
-def whiten_across(x:torch.Tensor,  # this process's values, e.g. GAE advantages (B, T)
-                  mask:torch.Tensor,  # (B, T)
-                  accelerator=None,  # an `accelerate.Accelerator`; None or 1 process: `rl_notes.core.masked_whiten`
-                  eps:float=1e-8,  # added to the variance
-                 ) -> torch.Tensor:
-    "`masked_whiten` over the union of every process's rows (mean and variance all-reduced), so sharding does not change it."
-    if accelerator is None or accelerator.num_processes == 1: return masked_whiten(x, mask, eps=eps)
-    m = mask.bool(); dev = accelerator.device
-    red = lambda t: accelerator.reduce(t.detach().double().to(dev), "sum").to(x.device)
-    n = red(m.sum())
-    if n < 2: return x                                             # too few tokens to whiten, as `advantages` does on one process
-    xd = x.double()
-    mean = red(masked_sum(xd, m)) / n
-    # $\sigma^2 = \frac{1}{n-1}\sum_{\text{all processes}}(x-\mu)^2$, Bessel-corrected as `masked_var`
-    var = red(masked_sum((xd - mean) ** 2, m)) / (n - 1)
-    w = ((xd - mean) * torch.rsqrt(var + eps)).to(x.dtype)
-    return torch.where(m, w, torch.zeros_like(w))
-
-def advantages(algo:Algo, r:torch.Tensor, mask:torch.Tensor, group_size:int, values:torch.Tensor|None=None,
-               accelerator=None,  # whiten GAE advantages over all processes' rows (see `whiten_across`)
-              ):
-    "Advantages for the policy ((B,) for group estimators, (B, T) for GAE) and value targets (B, T) or None."
-    if algo.adv in ("group", "group-mean-only"):
-        from rl_notes.grpo import group_advantages
-        return group_advantages(r, group_size, scale="group" if algo.adv == "group" else "none"), None
-    from rl_notes.vapo import decoupled_gae
-    tok_r = terminal_rewards(r, mask)                                             # (B, T)
-    # critic targets with the critic's lambda, actor advantages with the actor's (fixed, or VAPO's length-adaptive)
-    adv, returns = decoupled_gae(tok_r, values, mask, lam_critic=algo.critic_lam, lam_actor=algo.actor_lam,
-                                 alpha=algo.lam_alpha, gamma=algo.gamma)
-    if algo.whiten_adv:
-        multi = accelerator is not None and accelerator.num_processes > 1
-        if multi or mask.sum() > 1: adv = whiten_across(adv, mask, accelerator)
-    return adv, returns
+    def from_dict(cls, d:dict) -> TrainConfig:
+        "The config `to_dict` gave (e.g. a run's config.json); unknown fields are an error that names them."
+        return cls(**_known(cls, d))
 
 # %% ../nbs/14_trainer.ipynb #fe337c1d
 class Meter:
-    "Weighted means (and maxima) that reduce exactly across data-parallel processes."
-    def __init__(self): self.s, self.w, self.mx = {}, {}, {}
+    "Weighted means (and maxima) that reduce exactly across data-parallel processes, and values that are already global."
+    def __init__(self): self.s, self.w, self.mx, self.fixed = {}, {}, {}, {}
     def add(self, k, v, w=1.0):
         v, w = float(v) if w else 0.0, float(w)
         self.s[k] = self.s.get(k, 0.0) + v * w; self.w[k] = self.w.get(k, 0.0) + w
     def max(self, k, v): self.mx[k] = max(self.mx.get(k, -math.inf), float(v))
-    def add_ev(self, k, values, returns, mask):
-        "Explained variance as four token-weighted moments, so that it reduces exactly across processes (a ratio does not)."
-        m = mask.bool(); w = float(m.sum())
-        d, y = (returns - values).detach().double()[m], returns.detach().double()[m]
-        # the keys are added even with no tokens (weight 0): every process must reduce the same keys
-        for name, x in (("d", d), ("d2", d * d), ("y", y), ("y2", y * y)): self.add(f"_ev:{k}:{name}", x.mean() if w else 0.0, w)
+    def put(self, k, v):
+        "A value that is the same on every process (computed over all of them, e.g. an explained variance), reported as is."
+        self.fixed[k] = v
     def result(self, accelerator=None) -> dict:
         ks, mk = sorted(self.s), sorted(self.mx)
         t = torch.tensor([self.s[k] for k in ks] + [self.w[k] for k in ks], dtype=torch.float64)
@@ -210,13 +261,7 @@ class Meter:
         n = len(ks)
         out = {k: (t[i] / t[n + i]).item() if t[n + i] > 0 else None for i, k in enumerate(ks)}
         out.update({k: m[i].item() for i, k in enumerate(mk)})
-        for k in [k[4:-2] for k in ks if k.startswith("_ev:") and k.endswith(":y")]:
-            mo = {x: out.pop(f"_ev:{k}:{x}") for x in ("d", "d2", "y", "y2")}
-            # $\mathrm{EV} = 1 - \mathrm{Var}[y - \hat y] / \mathrm{Var}[y]$ from pooled moments
-            if None in mo.values(): out[k] = None; continue              # no tokens on any process
-            var_y = mo["y2"] - mo["y"] ** 2
-            out[k] = 1 - (mo["d2"] - mo["d"] ** 2) / var_y if var_y > 1e-12 else None
-        return out
+        return {**out, **self.fixed}
 
 # %% ../nbs/14_trainer.ipynb #f189dc6a
 def heldout_eval(model, tokenizer, task, rows:list[dict], max_new_tokens:int, accelerator=None,
@@ -224,7 +269,6 @@ def heldout_eval(model, tokenizer, task, rows:list[dict], max_new_tokens:int, ac
                  seed:int=0,  # sampling seed of that evaluation
                 ) -> dict:
     "`rl_notes.rollout.evaluate` (greedy, and optionally sampled) on this process's slice of `rows`, combined over processes."
-    from rl_notes.rollout import evaluate
     W, r = (accelerator.num_processes, accelerator.process_index) if accelerator else (1, 0)
     mine, mt = rows[r::W], Meter()
     keys = {"heldout_acc": "accuracy", "heldout_parsed": "parsed_rate", "heldout_len": "mean_len", "heldout_trunc": "truncation_rate"}
@@ -237,6 +281,9 @@ def heldout_eval(model, tokenizer, task, rows:list[dict], max_new_tokens:int, ac
     return mt.result(accelerator)
 
 # %% ../nbs/14_trainer.ipynb #12aaf253
+class TrainingDiverged(ValueError):
+    "The loss, a gradient norm, the weights or the logits became non-finite: the run's settings do not train (often a too-large `lr`)."
+
 def _mix(*xs) -> int:
     "A 60-bit seed from a tuple (stateless per-step seeding)."
     return int(hashlib.sha256(repr(xs).encode()).hexdigest()[:15], 16)
@@ -245,292 +292,347 @@ def seed_everything(seed:int):
     "Seed Python, NumPy and torch."
     random.seed(seed); np.random.seed(seed % 2**32); torch.manual_seed(seed)
 
-def _logp_entropy(model, ro, temperature:float):
-    "Per-token log-probs and entropy (B, T) of the rollout's responses under `model` (via `rl_notes.rollout`)."
-    from rl_notes.rollout import response_logprobs
-    return response_logprobs(model, ro, temperature=temperature, with_entropy=True)
+@dataclass
+class Run:
+    "One training run: its config, accelerator, task data, models and optimizers, run directory and the rows logged so far."
+    cfg: TrainConfig
+    acc: object  # an `accelerate.Accelerator`
+    task: object  # an `rl_notes.tasks.Task`
+    train_rows: list  # the training prompt pool
+    test_rows: list  # the held-out prompts
+    tok: object  # the tokenizer
+    policy: torch.nn.Module  # prepared by the accelerator
+    opt: torch.optim.Optimizer
+    ref: torch.nn.Module|None = None  # frozen initial policy (only when beta > 0)
+    critic: torch.nn.Module|None = None  # only for estimators in `CRITIC_ESTIMATORS`
+    copt: torch.optim.Optimizer|None = None
+    rows: list = field(default_factory=list)  # metric rows of this run (resumed ones included)
+    start: int = 0  # the step the run continues after (the checkpoint's, on resume)
+    saved: int|None = None  # step of the last checkpoint written or loaded
+    lock: RunLock|None = None  # held by the main process while the run is open
 
-def _read_rows(f) -> list[dict]:
-    if not os.path.isfile(f): return []
-    with open(f) as fh: return [json.loads(l) for l in fh if l.strip()]
-
-class _Run:
-    "State of one training run (see `train`)."
-    def __init__(self, cfg:TrainConfig, accelerator=None):
-        from accelerate import Accelerator
-        from rl_notes.models import load_model
-        from rl_notes.tasks import get_task
-        self.cfg, self.algo = cfg, cfg.algo
-        self.acc = acc = accelerator or Accelerator()
-        self.W, self.rank = acc.num_processes, acc.process_index
-        if cfg.threads: torch.set_num_threads(cfg.threads)
-        if cfg.n_prompts % self.W: raise ValueError(f"TrainConfig.n_prompts ({cfg.n_prompts}) must be divisible by the number of processes ({self.W})")
-        if (cfg.n_prompts // self.W * cfg.group_size) % cfg.n_minibatches:
-            raise ValueError(f"rows per process ({cfg.n_prompts // self.W * cfg.group_size}) must be divisible by n_minibatches ({cfg.n_minibatches})")
-        if self.algo.adv != "gae" and cfg.group_size < 2:
-            raise ValueError(f"algo {self.algo.name!r} uses group advantages: TrainConfig.group_size must be >= 2, got {cfg.group_size}")
-        if not cfg.model or not os.path.isdir(cfg.model): raise FileNotFoundError(f"model path {cfg.model!r} is not a directory")
-        seed_everything(cfg.seed)
-        self.task = get_task(cfg.task, **cfg.task_kw)
-        tr, te = self.task.splits(cfg.n_train, max(cfg.n_eval, 1), seed=cfg.seed)
-        self.train_rows, self.test_rows = tr.to_list(), te.to_list()[:cfg.n_eval]
-        with _quiet_hf(): policy, self.tok = load_model(cfg.model)
-        policy.to(acc.device).train()
-        self.ref = None
-        if self.algo.kl_coef > 0:
-            self.ref = copy.deepcopy(policy).eval().requires_grad_(False)
-        critic = None
-        if self.algo.uses_critic:
-            from rl_notes.ppo import value_model_from_policy, value_model_from_reward_model
-            if cfg.critic_init is None: critic = value_model_from_policy(policy)
-            else: critic = value_model_from_reward_model(load_reward_model(cfg.critic_init, policy))
-            critic = critic.to(acc.device)
-        opt = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-        self.policy, self.opt = acc.prepare(policy, opt)
-        self.critic = self.copt = None
-        if critic is not None:
-            copt = torch.optim.AdamW(critic.parameters(), lr=cfg.critic_lr, weight_decay=cfg.weight_decay)
-            self.critic, self.copt = acc.prepare(critic, copt)
-        self.out = cfg.out_dir
-        self.metrics_file = os.path.join(self.out, "metrics.jsonl")
-        self.ckpt = os.path.join(self.out, "ckpt")
-
+    def __post_init__(self):
+        acc = self.acc
+        self.algo, self.W, self.rank, self.main, self.device = self.cfg.algo, acc.num_processes, acc.process_index, acc.is_main_process, acc.device
+        self.reduce = (lambda t: acc.reduce(t, "sum")) if self.W > 1 else None   # sum over processes (None: one process)
+        self.ckpt, self.log = os.path.join(self.cfg.out_dir, "ckpt"), MetricsLog(os.path.join(self.cfg.out_dir, "metrics.jsonl"))
     @property
     def gen_model(self): return self.acc.unwrap_model(self.policy)
+    def close(self):
+        "Release the run directory's lock."
+        if self.lock is not None: self.lock.release(); self.lock = None
+    def __enter__(self): return self
+    def __exit__(self, *exc): self.close()
 
-    # ---- 1 + 2: rollout and rewards --------------------------------------------------------------------------
-    def collect(self, step:int, mt:Meter):
-        "Sample, score and (under dynamic sampling) filter groups; returns the batch this process trains on."
-        from rl_notes.rollout import generate, cat_rollouts
-        cfg, algo, G = self.cfg, self.algo, self.cfg.group_size
-        need = cfg.n_prompts // self.W if cfg.shard_rollouts else cfg.n_prompts   # groups this generator must deliver
-        pieces, n_kept, t_gen, t_rew = [], 0, 0.0, 0.0
-        rounds = algo.max_gen_rounds if algo.dynamic_sampling else 1
-        for rnd in range(rounds):
-            t0 = time.time()
-            idx = np.random.default_rng(_mix(cfg.seed, step, rnd)).choice(len(self.train_rows), cfg.n_prompts, replace=False)
-            if cfg.shard_rollouts: idx = idx[self.rank * need:(self.rank + 1) * need]
-            exs = [self.train_rows[i] for i in idx]
-            seed = _mix(cfg.seed, step, rnd, self.rank if cfg.shard_rollouts else 0)
-            ro = generate(self.gen_model, self.tok, [e["prompt"] for e in exs], group_size=G,
-                          max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=seed)
-            t1 = time.time()
-            rewards, correct, parsed, r = score(self.task, exs, ro, G, algo, cfg.max_new_tokens)
-            if algo.dynamic_sampling:
-                from rl_notes.dapo import filter_groups
-                keep = _group_keep(filter_groups(rewards, G), len(exs), G)
-            else: keep = torch.ones(len(exs), dtype=torch.bool)
-            t_gen += t1 - t0; t_rew += time.time() - t1
-            if rnd == 0:  # the fresh batch describes the current policy
-                L = ro.response_mask.sum(-1).float()
-                n = float(len(L)); w = 1.0 if cfg.shard_rollouts or self.rank == 0 else 0.0   # replicated: count once
-                mt.add("reward", rewards.mean(), n * w); mt.add("score", r.mean(), n * w); mt.add("acc", correct.float().mean(), n * w)
-                mt.add("parsed", parsed.float().mean(), n * w); mt.add("resp_len", L.mean(), n * w)
-                mt.add("trunc_rate", ro.truncated.float().mean(), n * w); mt.max("resp_len_max", L.max())
-                mt.add("kept_frac", keep.float().mean(), len(exs) * w)
-            pieces.append((ro, exs, rewards, correct, parsed, r, keep))
-            n_kept += int(keep.sum())
-            if n_kept >= need: break
-        mt.add("gen_rounds", rnd + 1, 1); mt.add("time_gen", t_gen, 1); mt.add("time_reward", t_rew, 1)
-        # kept groups in order, then filler groups (latest round first) if still short
-        chosen = [(p, g) for p in range(len(pieces)) for g in range(len(pieces[p][1])) if pieces[p][6][g]][:need]
-        if len(chosen) < need:
-            filler = [(p, g) for p in reversed(range(len(pieces))) for g in range(len(pieces[p][1])) if not pieces[p][6][g]]
-            chosen += filler[:need - len(chosen)]
-        mt.add("filler_frac", (need - min(n_kept, need)) / need, 1)
-        ros, exs, cols = [], [], [[], [], [], []]
-        for p in range(len(pieces)):
-            gs = [g for (q, g) in chosen if q == p]
-            if not gs: continue
-            rows = torch.tensor([g * G + j for g in gs for j in range(G)])
-            ros.append(pieces[p][0].select(rows)); exs += [pieces[p][1][g] for g in gs]
-            for c, t in zip(cols, pieces[p][2:6]): c.append(t[rows])
-        ro = cat_rollouts(ros, self.tok.pad_token_id) if len(ros) > 1 else ros[0]
-        rewards, correct, parsed, r = (torch.cat(c) for c in cols)
-        return ro, exs, rewards, correct, parsed, r
+# %% ../nbs/14_trainer.ipynb #62645a04
+def _models(cfg:TrainConfig, acc) -> dict:
+    "Policy (and its frozen reference when beta > 0), a critic when the estimator needs one, AdamW for each; prepared by `acc`."
+    with _quiet_hf(): policy, tok = load_model(cfg.model)
+    policy.to(acc.device).train()
+    ref = copy.deepcopy(policy).eval().requires_grad_(False) if cfg.algo.beta > 0 else None
+    critic = None
+    if cfg.algo.uses_critic:
+        critic = (value_model_from_policy(policy) if cfg.critic_init is None else
+                  value_model_from_reward_model(load_reward_model(cfg.critic_init, policy))).to(acc.device)
+    policy, opt = acc.prepare(policy, torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay))
+    copt = None
+    if critic is not None:
+        critic, copt = acc.prepare(critic, torch.optim.AdamW(critic.parameters(), lr=cfg.critic_lr, weight_decay=cfg.weight_decay))
+    return dict(policy=policy, opt=opt, ref=ref, critic=critic, copt=copt, tok=tok)
 
-    # ---- 3: advantages ------------------------------------------------------------------------------------------
-    def values(self, ro):
-        "Critic values at the positions that predict each response token, (B, T)."
-        P, T = ro.prompt_len, ro.response_mask.shape[1]
-        v = self.critic(input_ids=ro.input_ids, attention_mask=ro.attention_mask)   # (B, P+T)
-        return v[:, P - 1:P - 1 + T]
+def setup(cfg:TrainConfig,  # the run
+          accelerator=None,  # an `accelerate.Accelerator`; default: a new one (CPU, GPU or `accelerate launch` settings)
+         ) -> Run:  # use as `with setup(cfg) as run:` (the lock on out_dir is released at the end)
+    "Task data, models and optimizers on the accelerator's device; out_dir locked and checked; the checkpoint loaded on resume."
+    if accelerator is None:
+        from accelerate import Accelerator  # heavy: loads torch.distributed
+        accelerator = Accelerator()
+    W = accelerator.num_processes
+    if cfg.n_prompts % W: raise ValueError(f"TrainConfig.n_prompts ({cfg.n_prompts}) must be divisible by the number of processes ({W})")
+    if (cfg.n_prompts // W * cfg.group_size) % cfg.n_minibatches:
+        raise ValueError(f"rows per process ({cfg.n_prompts // W * cfg.group_size}) must be divisible by n_minibatches ({cfg.n_minibatches})")
+    if not cfg.model or not os.path.isdir(cfg.model): raise FileNotFoundError(f"model path {cfg.model!r} is not a directory")
+    if cfg.threads: torch.set_num_threads(cfg.threads)
+    seed_everything(cfg.seed)
+    task = get_task(cfg.task, **cfg.task_kw)
+    tr, te = task.splits(cfg.n_train, max(cfg.n_eval, 1), seed=cfg.seed)
+    run = Run(cfg, accelerator, task, tr.to_list(), te.to_list()[:cfg.n_eval], **_models(cfg, accelerator))
+    try: _open_dir(run)
+    except BaseException: run.close(); raise
+    return run
 
-    # ---- 4 + 5: losses and optimizer steps ---------------------------------------------------------------------
-    def update(self, step, ro, adv, returns, old_values, correct, mt:Meter):
-        cfg, algo, acc, W = self.cfg, self.algo, self.acc, self.W
-        from rl_notes.grpo import grpo_loss
-        from rl_notes.ppo import ppo_policy_loss, value_loss
-        mask = ro.response_mask.bool()
-        if algo.overlong_filter:
-            from rl_notes.dapo import overlong_filter_mask
-            mask = overlong_filter_mask(ro.truncated, mask).bool()
-        multi = cfg.ppo_epochs * cfg.n_minibatches > 1
+# %% ../nbs/14_trainer.ipynb #3b8fa176
+def _on_main(acc, fn):
+    "Run `fn` on the main process; an exception it raises is raised on every process, so none waits for the others forever."
+    err = None
+    if acc.is_main_process:
+        try: fn()
+        except Exception as e: err = e
+    if acc.num_processes > 1:
+        from accelerate.utils import broadcast_object_list  # heavy: loads torch.distributed
+        err = broadcast_object_list([err])[0]
+    if err is not None: raise err
+
+def _open_dir(run:Run):
+    "Lock out_dir (main process); refuse to replace a previous run unless asked; resume from its checkpoint; (re)write metrics.jsonl."
+    cfg = run.cfg
+    def claim():
+        run.lock = RunLock(cfg.out_dir).acquire()
+        prepare_run_dir(cfg.out_dir, cfg.resume, cfg.overwrite)
+        # `recover_dir` puts back a checkpoint whose swap was killed between its two renames
+        if cfg.resume and not recover_dir(run.ckpt) and run.log.read():
+            raise CheckpointError(f"resume=True but {run.ckpt!r} holds no checkpoint (none to recover either) while {str(run.log.path)!r} "
+                                  "has rows; refusing to restart silently: pass overwrite=True (--overwrite) to start this run over, "
+                                  "or use another out_dir")
+    _on_main(run.acc, claim)
+    rows = []
+    if cfg.resume and os.path.isdir(run.ckpt):
+        st = load_checkpoint(run.ckpt, cfg, run.acc, run.policy, run.opt, run.critic, run.copt, ignore=RUN_CONTROL)
+        run.start = run.saved = st["step"]
+        rows = [r for r in run.log.read() if r.get("step", 0) <= run.start]
+        if run.start > 0 and not any(r.get("step") == run.start for r in rows):
+            raise CheckpointError(f"{run.log.path} lacks the rows up to step {run.start} that the checkpoint has")
+    if run.main:
+        with open(os.path.join(cfg.out_dir, "config.json"), "w") as f: json.dump(cfg.to_dict(), f, indent=1)
+        run.log.rewrite(rows)                                          # atomic: a kill leaves the old file or the new one
+    run.rows = rows
+    run.acc.wait_for_everyone()
+
+# %% ../nbs/14_trainer.ipynb #87c59466
+def _rollout_metrics(run:Run, first:dict, keep:torch.Tensor, mt:Meter):
+    "What the freshly sampled (first-round) batch says about the current policy; `keep` (B,): groups DAPO would keep."
+    ro, reward, score, parsed = first["ro"], first["reward"], first["score"], first["parsed"]
+    L = ro.response_mask.sum(-1).float()                                     # (B,)
+    n = float(len(L)) * (1.0 if run.cfg.shard_rollouts or run.rank == 0 else 0.0)   # replicated batch: count it once
+    mt.add("reward", reward.mean(), n); mt.add("score", score.mean(), n); mt.add("acc", (reward >= 1.0).float().mean(), n)
+    mt.add("parsed", parsed.float().mean(), n); mt.add("resp_len", L.mean(), n)
+    mt.add("trunc_rate", ro.truncated.float().mean(), n); mt.max("resp_len_max", L.max())
+    mt.add("kept_frac", keep.float().mean(), n / run.cfg.group_size)
+
+def collect(run:Run, step:int, mt:Meter) -> Batch:
+    "Sample and score this step's groups (with DAPO's dynamic sampling when asked): the rows this process generated, on its device."
+    cfg, algo, G = run.cfg, run.algo, run.cfg.group_size
+    need = cfg.n_prompts // run.W if cfg.shard_rollouts else cfg.n_prompts   # groups this process generates
+    clock = dict(gen=0.0, reward=0.0)
+    def sample(rnd:int):
+        "Round `rnd`: prompts and sampling seeds are functions of (seed, step, round), so a resumed run draws the same."
         t0 = time.time()
-        with torch.no_grad():
-            old_logp = _logp_entropy(self.policy, ro, cfg.temperature)[0] if multi else None
-            ref_logp = _logp_entropy(self.ref, ro, cfg.temperature)[0] if self.ref is not None else None
-        mt.add("time_old_ref", time.time() - t0, 1)
-        t0 = time.time()
-        B = mask.shape[0]; mb = B // cfg.n_minibatches
-        tok_scale = W if algo.agg == "token-mean" else 1
-        # stateless warm-up (a function of the step), so a resumed run follows the same schedule
-        warm = min(1.0, step / cfg.warmup_steps) if cfg.warmup_steps else 1.0
-        for o, lr in ((self.opt, cfg.lr), (self.copt, cfg.critic_lr)):
-            if o is not None:
-                for pg in o.param_groups: pg["lr"] = lr * warm
-        mt.add("lr", cfg.lr * warm, 1)
-        for ep in range(cfg.ppo_epochs):
-            g = torch.Generator().manual_seed(_mix(cfg.seed, step, ep, self.rank))
-            perm = torch.randperm(B, generator=g) if cfg.n_minibatches > 1 else torch.arange(B)
-            for k in range(cfg.n_minibatches):
-                idx = perm[k * mb:(k + 1) * mb]
-                sub, m = ro.select(idx), mask[idx]
-                logp, ent = _logp_entropy(self.policy, sub, cfg.temperature)          # (b, T), (b, T)
-                n_tok = acc.reduce(m.sum().to(acc.device).float(), "sum").item() if W > 1 else float(m.sum())
-                gt = max(n_tok, 1.0) if algo.agg == "token-mean" else None
-                old = old_logp[idx] if multi else logp.detach()
-                ref = ref_logp[idx] if ref_logp is not None else None
-                a = adv[idx]
-                if algo.dual_clip is None:
-                    loss, pm = grpo_loss(logp, old, ref, a, m, eps_low=algo.eps_low, eps_high=algo.eps_high, beta=algo.kl_coef,
-                                         kl=algo.kl_kind, agg=algo.agg, max_tokens=cfg.max_new_tokens, global_tokens=gt)
-                else:
-                    loss, pm = ppo_policy_loss(logp, old, a, m, eps_low=algo.eps_low, eps_high=algo.eps_high, dual_clip=algo.dual_clip,
-                                               agg=algo.agg, max_tokens=cfg.max_new_tokens, global_tokens=gt)
-                    if algo.kl_coef > 0:
-                        kl_mat = kl_penalty(logp, ref, kind=algo.kl_kind)
-                        loss = loss + algo.kl_coef * agg_loss(kl_mat, m, algo.agg, max_tokens=cfg.max_new_tokens, global_tokens=gt)
-                        pm["kl"] = masked_mean(kl_mat.detach(), m)
-                total = loss * tok_scale
-                if algo.lm_coef > 0:
-                    pos = m & correct[idx].to(m.device)[:, None]
-                    n_pos = acc.reduce(pos.sum().to(acc.device).float(), "sum").item() if W > 1 else float(pos.sum())
-                    if n_pos > 0:
-                        # $\mathcal L_{\mathrm{NLL}} = -\frac{1}{\sum_{o_i \in \mathcal T}|o_i|}\sum_{o_i\in\mathcal T}\sum_t \log\pi_\theta(a_t|s_t)$ (VAPO Eq. 9)
-                        lm = agg_loss(-logp, pos, "token-mean", global_tokens=n_pos)
-                        total = total + algo.lm_coef * lm * W
-                        mt.add("lm_loss", lm.detach() * W, 1)
-                    mt.add("lm_loss", 0.0, 0)
-                acc.backward(total)
-                gn = acc.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
-                self.opt.step(); self.opt.zero_grad(set_to_none=True)
-                w = float(m.sum())
-                mt.add("loss", loss.detach() * tok_scale, 1); mt.add("grad_norm", gn, 1)
-                mt.add("entropy", masked_mean(ent.detach(), m), w)
-                for key in ("clipfrac", "clipfrac_low", "clipfrac_high", "approx_kl", "ratio_mean"): mt.add(key, pm[key], w)
-                mt.add("kl_ref", pm.get("kl", 0.0), w if "kl" in pm else 0)
-                if self.critic is not None:
-                    values = self.values(sub)
-                    # token mean over the global batch, like the policy loss: exact under data parallel
-                    vl, vm = value_loss(values, old_values[idx], returns[idx], m, clip=algo.value_clip, global_tokens=max(n_tok, 1.0))
-                    acc.backward(vl * W)
-                    vgn = acc.clip_grad_norm_(self.critic.parameters(), cfg.max_grad_norm)
-                    self.copt.step(); self.copt.zero_grad(set_to_none=True)
-                    mt.add("value_loss", vl.detach() * W, 1); mt.add_ev("explained_var", values, returns[idx], m); mt.add("value_grad_norm", vgn, 1)
-        mt.add("time_update", time.time() - t0, 1)
+        idx = np.random.default_rng(_mix(cfg.seed, step, rnd)).choice(len(run.train_rows), cfg.n_prompts, replace=False)
+        if cfg.shard_rollouts: idx = idx[run.rank * need:(run.rank + 1) * need]
+        exs = [run.train_rows[i] for i in idx]
+        ro = generate(run.gen_model, run.tok, [e["prompt"] for e in exs], group_size=G, max_new_tokens=cfg.max_new_tokens,
+                      temperature=cfg.temperature, seed=_mix(cfg.seed, step, rnd, run.rank if cfg.shard_rollouts else 0))
+        t1 = time.time()
+        reward, parsed = run.task.rewards(exs, ro.response_text, G)                   # (B,), (B,) on the CPU
+        score = reward + soft_overlong_punishment(ro.lengths, cfg.max_new_tokens, algo.cache_len).to(reward) if algo.soft_overlong else reward
+        clock["gen"] += t1 - t0; clock["reward"] += time.time() - t1
+        return reward, dict(ro=ro, reward=reward, score=score, parsed=parsed)
+    if algo.dynamic_sampling:   # informative groups first; if still short after max_rounds, filtered-out ones fill the batch
+        _, got, st = dynamic_sample(sample, need, G, max_rounds=algo.max_rounds, fill="filtered")
+        first, keep, rounds, fillers = st["first_round"]["batch"], st["first_round"]["keep"], st["rounds"], st["filler_groups"]
+    else:
+        _, got = sample(0); first, keep, rounds, fillers = got, torch.ones(len(got["reward"]), dtype=torch.bool), 1, 0
+    _rollout_metrics(run, first, keep, mt)
+    mt.add("gen_rounds", rounds, 1); mt.add("time_gen", clock["gen"], 1); mt.add("time_reward", clock["reward"], 1)
+    mt.add("filler_frac", fillers / need, 1)
+    return make_batch(got["ro"], got["reward"], got["score"], run.device, algo.overlong_filter)
 
-    def prepare_batch(self, step, mt):
-        "Rollout, rewards and advantages for one step; returns what `update` needs (this process's rows)."
-        cfg, algo, G = self.cfg, self.algo, self.cfg.group_size
-        ro, exs, rewards, correct, parsed, r = self.collect(step, mt)
-        t0 = time.time()
-        mask = ro.response_mask.bool()
-        returns = old_values = None
-        if self.critic is not None:
-            with torch.no_grad(): old_values = self.values(ro)
-            # sharded rollouts: each process holds its own rows, so whitening reduces across processes; otherwise every
-            # process holds the global batch and whitens it locally
-            adv, returns = advantages(algo, r, mask, G, old_values, accelerator=self.acc if cfg.shard_rollouts else None)
-        else:
-            adv, _ = advantages(algo, r, mask, G)
-        if not cfg.shard_rollouts and self.W > 1:   # everyone sampled the global batch: take this process's groups
-            n = cfg.n_prompts // self.W
-            rows = torch.arange(self.rank * n * G, (self.rank + 1) * n * G)
-            ro, correct, adv = ro.select(rows), correct[rows], adv[rows]
-            if returns is not None: returns, old_values = returns[rows], old_values[rows]
-        m = ro.response_mask.bool()
-        a2 = adv if adv.dim() == 2 else adv[:, None].expand(m.shape)                # (B, T)
-        mt.add("adv_abs", masked_mean(a2.abs(), m), float(m.sum()))
-        mt.add("time_adv", time.time() - t0, 1)
-        return ro, adv, returns, old_values, correct
+# %% ../nbs/14_trainer.ipynb #1c0f4ff8
+def _values(critic, ro:Rollout) -> torch.Tensor:
+    "Critic values at the positions that predict each response token, (B, T)."
+    P, T = ro.prompt_len, ro.response_mask.shape[1]
+    v = critic(input_ids=ro.input_ids, attention_mask=ro.attention_mask)     # (B, P+T)
+    return v[:, P - 1:P - 1 + T]
 
-    def value_pretrain(self, k:int, mt:Meter):
-        "One VAPO value-pretraining step: sample from the frozen policy, fit the critic to lambda=1 (Monte-Carlo) returns."
-        from rl_notes.ppo import gae, value_loss
-        ro, exs, rewards, correct, parsed, r = self.collect(-1 - k, mt)
-        mask = ro.response_mask.bool()
-        tok_r = terminal_rewards(r, mask)
-        with torch.no_grad(): v0 = self.values(ro)
-        _, returns = gae(tok_r, v0, mask, gamma=self.algo.gamma, lam=1.0)
-        n_tok = self.acc.reduce(mask.sum().to(self.acc.device).float(), "sum").item() if self.W > 1 else float(mask.sum())
-        vl, vm = value_loss(self.values(ro), v0, returns, mask, clip=self.algo.value_clip, global_tokens=max(n_tok, 1.0))
-        self.acc.backward(vl * self.W)
-        self.acc.clip_grad_norm_(self.critic.parameters(), self.cfg.max_grad_norm)
-        self.copt.step(); self.copt.zero_grad(set_to_none=True)
-        mt.add("value_loss", vl.detach() * self.W, 1); mt.add_ev("explained_var", v0, returns, mask)
+def _own_rows(run:Run, batch:Batch) -> Batch:
+    "Unsharded data parallel: every process sampled the global batch; keep this process's groups (sharded: all rows are its own)."
+    if run.cfg.shard_rollouts or run.W == 1: return batch
+    n = run.cfg.n_prompts // run.W * run.cfg.group_size
+    return batch.rows(torch.arange(run.rank * n, (run.rank + 1) * n))
 
-def _group_keep(keep, n_groups:int, G:int) -> torch.Tensor:
-    "Normalise a `filter_groups` result to a (n_groups,) bool tensor."
-    keep = torch.as_tensor(keep)
-    if keep.dtype != torch.bool:  # indices of kept groups
-        k = torch.zeros(n_groups, dtype=torch.bool); k[keep.long()] = True; return k
-    if keep.numel() == n_groups * G: return keep.view(n_groups, G).any(-1)
-    return keep.view(-1)
+def advantages(run:Run, batch:Batch, mt:Meter) -> Batch:
+    "Critic values at rollout time, then the algorithm's advantages and value targets (`ADVANTAGE_ESTIMATORS`), then this process's rows."
+    t0 = time.time()
+    if run.critic is not None:
+        with torch.no_grad(): batch.values = _values(run.critic, batch.ro)
+    # sharded rollouts: each process holds its own rows, so whitening sums over the processes; unsharded, each holds the whole batch
+    batch.adv, batch.returns = ADVANTAGE_ESTIMATORS[run.algo.adv](run.algo, batch, run.reduce if run.cfg.shard_rollouts else None)
+    batch = _own_rows(run, batch)
+    a = batch.adv if batch.adv.dim() == 2 else batch.adv[:, None].expand(batch.mask.shape)   # (B, T)
+    mt.add("adv_abs", masked_mean(a.abs(), batch.mask), float(batch.mask.sum()))
+    mt.add("time_adv", time.time() - t0, 1)
+    return batch
+
+# %% ../nbs/14_trainer.ipynb #5ba415d7
+def _set_lr(run:Run, step:int, mt:Meter):
+    "Linear warm-up as a function of the step (stateless, so a resumed run follows the same schedule)."
+    cfg = run.cfg
+    warm = min(1.0, step / cfg.warmup_steps) if cfg.warmup_steps else 1.0
+    for o, lr in ((run.opt, cfg.lr), (run.copt, cfg.critic_lr)):
+        if o is not None:
+            for pg in o.param_groups: pg["lr"] = lr * warm
+    mt.add("lr", cfg.lr * warm, 1)
+
+def _old_ref_logp(run:Run, batch:Batch, mt:Meter):
+    "Log-probs (B, T) before the update (needed only with several optimizer steps per batch) and under the reference (beta > 0)."
+    t0, multi = time.time(), run.cfg.ppo_epochs * run.cfg.n_minibatches > 1
+    with torch.no_grad():
+        old = response_logprobs(run.policy, batch.ro, run.cfg.temperature) if multi else None
+        ref = response_logprobs(run.ref, batch.ro, run.cfg.temperature) if run.ref is not None else None
+    mt.add("time_old_ref", time.time() - t0, 1)
+    return old, ref
+
+def _minibatches(run:Run, step:int, batch:Batch) -> list[tuple]:
+    "(rows, tokens, positive tokens) of every optimizer step of the update; the counts summed over processes in one collective."
+    cfg, B = run.cfg, len(batch.ro)
+    mb, plan = B // cfg.n_minibatches, []
+    for ep in range(cfg.ppo_epochs):
+        g = torch.Generator().manual_seed(_mix(cfg.seed, step, ep, run.rank))
+        perm = torch.randperm(B, generator=g) if cfg.n_minibatches > 1 else torch.arange(B)
+        plan += [perm[k * mb:(k + 1) * mb] for k in range(cfg.n_minibatches)]
+    pos = batch.loss_mask & batch.correct[:, None]                           # (B, T) tokens of correct responses
+    counts = torch.stack([torch.stack([batch.loss_mask[i].sum(), pos[i].sum()]) for i in plan]).double()   # (steps, 2)
+    if run.reduce is not None: counts = run.reduce(counts)
+    return [(i, n, p) for i, (n, p) in zip(plan, counts.tolist())]
+
+# %% ../nbs/14_trainer.ipynb #f84e8854
+def _kept(run:Run) -> str:
+    "What is left on disk, for the message of `TrainingDiverged`."
+    return (f"the last checkpoint, {run.ckpt!r} (step {run.saved}), is kept" if run.saved is not None
+            else "no checkpoint had been written")
+
+def _optimizer_step(run:Run, step:int, what:str, model, opt, loss:torch.Tensor) -> float:
+    "Backward, gradient clipping, then AdamW; a non-finite loss or gradient norm stops the run before the weights change."
+    run.acc.backward(loss)
+    gn = float(run.acc.clip_grad_norm_(model.parameters(), run.cfg.max_grad_norm))   # the norm of the all-reduced gradient
+    if not (math.isfinite(float(loss.detach())) and math.isfinite(gn)):
+        opt.zero_grad(set_to_none=True)
+        raise TrainingDiverged(f"training diverged at step {step}: the {what} loss is {float(loss.detach()):g} and its gradient norm {gn:g}; "
+                               f"the update was not applied and {_kept(run)}. Lower lr (now {run.cfg.lr:g}) or warm up longer")
+    opt.step(); opt.zero_grad(set_to_none=True)
+    return gn
+
+def _policy_step(run:Run, step:int, mb:Batch, old_logp, ref_logp, n_tok:float, n_pos:float, mt:Meter):
+    "One policy update on minibatch `mb`: the algorithm's loss (`POLICY_LOSSES`), plus VAPO's LM loss on correct responses."
+    cfg, algo, W, m = run.cfg, run.algo, run.W, mb.loss_mask
+    logp, ent = response_logprobs(run.policy, mb.ro, cfg.temperature, with_entropy=True)          # (b, T), (b, T)
+    # token-mean divides by the global token count, and DDP averages gradients over W processes: times W is the global sum
+    scale = W if algo.agg == "token-mean" else 1
+    loss, pm = POLICY_LOSSES[algo.loss](algo, logp, logp.detach() if old_logp is None else old_logp, ref_logp, mb.adv, m,
+                                        max_tokens=cfg.max_new_tokens, global_tokens=max(n_tok, 1.0) if scale == W else None)
+    total = loss * scale
+    if algo.mu > 0:
+        if n_pos > 0:   # no correct response on any process: no LM term
+            lm, lmm = positive_lm_loss(logp, m, mb.correct, mu=algo.mu, global_tokens=n_pos)
+            total = total + lm * W
+            mt.add("lm_loss", lmm["nll"] * W, 1)
+        mt.add("lm_loss", 0.0, 0)
+    gn = _optimizer_step(run, step, "policy", run.policy, run.opt, total)
+    w = float(m.sum())
+    mt.add("loss", loss.detach() * scale, 1); mt.add("grad_norm", gn, 1); mt.add("entropy", masked_mean(ent.detach(), m), w)
+    for k in ("clipfrac", "clipfrac_low", "clipfrac_high", "approx_kl", "ratio_mean"): mt.add(k, pm[k], w)
+    mt.add("kl_ref", pm.get("kl", 0.0), w if "kl" in pm else 0)
+
+def _critic_step(run:Run, step:int, mb:Batch, mask:torch.Tensor, n_tok:float, mt:Meter):
+    "One critic update on `mb`: the value loss to `mb.returns`, a token mean over all processes; returns (values (b, T), grad norm)."
+    values = _values(run.critic, mb.ro)                                       # (b, T)
+    vl, _ = value_loss(values, mb.values, mb.returns, mask, clip=run.algo.value_clip, global_tokens=max(n_tok, 1.0))
+    vgn = _optimizer_step(run, step, "value", run.critic, run.copt, vl * run.W)
+    mt.add("value_loss", vl.detach() * run.W, 1)
+    return values.detach(), vgn
+
+# %% ../nbs/14_trainer.ipynb #68e6c920
+def _explained_var(run:Run, values:list, returns:list, masks:list) -> float|None:
+    "Explained variance of the critic over all of the step's minibatches (and processes) pooled; None when it is undefined."
+    ev = float(explained_variance(torch.cat(values), torch.cat(returns), torch.cat(masks), reduce=run.reduce))
+    return None if math.isnan(ev) else ev
+
+def update(run:Run, step:int, batch:Batch, mt:Meter):
+    "`ppo_epochs` passes of `n_minibatches` optimizer steps over the batch: the policy's loss and (with a critic) the value loss."
+    _set_lr(run, step, mt)
+    old_logp, ref_logp = _old_ref_logp(run, batch, mt)
+    t0, pooled = time.time(), dict(values=[], returns=[], masks=[])
+    for idx, n_tok, n_pos in _minibatches(run, step, batch):
+        mb = batch.rows(idx)
+        _policy_step(run, step, mb, None if old_logp is None else old_logp[idx], None if ref_logp is None else ref_logp[idx],
+                     n_tok, n_pos, mt)
+        if run.critic is not None:
+            values, vgn = _critic_step(run, step, mb, mb.loss_mask, n_tok, mt)
+            mt.add("value_grad_norm", vgn, 1)
+            pooled["values"].append(values); pooled["returns"].append(mb.returns); pooled["masks"].append(mb.loss_mask)
+    if run.critic is not None: mt.put("explained_var", _explained_var(run, **pooled))
+    mt.add("time_update", time.time() - t0, 1)
+
+# %% ../nbs/14_trainer.ipynb #7c43f149
+def heldout(run:Run) -> dict:
+    "Held-out accuracy of the current policy (greedy, and one sample at the training temperature), with its time."
+    cfg, t0 = run.cfg, time.time()
+    ev = heldout_eval(run.gen_model, run.tok, run.task, run.test_rows, cfg.max_new_tokens, accelerator=run.acc,
+                      temperature=cfg.temperature, seed=cfg.seed) if cfg.n_eval else {}
+    return {**ev, "time_eval": time.time() - t0}
+
+def eval_due(cfg:TrainConfig, step:int) -> bool:
+    "Is step `step` a held-out evaluation step (every `eval_every` steps, and the last one)?"
+    return bool(cfg.n_eval and cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.steps))
+
+def log_row(run:Run, row:dict):
+    "Keep a metric row, and append it to metrics.jsonl (main process; flushed line by line)."
+    run.rows.append(row)
+    if run.main: run.log.append(row)
+
+def checkpoint(run:Run, step:int):
+    "Save a checkpoint when one is due (every `save_every` steps and after the last); never one with non-finite weights."
+    cfg = run.cfg
+    if not ((cfg.save_every and step % cfg.save_every == 0) or step == cfg.steps): return
+    models = [m for m in (run.policy, run.critic) if m is not None]
+    if not all(bool(torch.isfinite(p).all()) for m in models for p in m.parameters()):
+        raise TrainingDiverged(f"training diverged at step {step}: the weights are not finite; not saved, {_kept(run)}")
+    save_checkpoint(run.ckpt, step, cfg, run.acc, run.policy, run.opt, run.critic, run.copt)
+    run.saved = step
+
+def value_pretrain(run:Run, k:int, mt:Meter):
+    "VAPO value pre-training step `k`: sample from the frozen initial policy, fit the critic to the lambda=1 (Monte-Carlo) returns."
+    batch = _own_rows(run, collect(run, -1 - k, mt))
+    n_tok = batch.mask.sum().double()
+    if run.reduce is not None: n_tok = run.reduce(n_tok)
+    values = _values(run.critic, batch.ro)                                    # (b, T)
+    vl, m = value_pretrain_loss(values, terminal_rewards(batch.score, batch.mask), batch.mask, gamma=run.algo.gamma,
+                                clip=run.algo.value_clip, global_tokens=max(float(n_tok), 1.0))
+    _optimizer_step(run, f"{k + 1} of value pre-training", "value", run.critic, run.copt, vl * run.W)
+    mt.add("value_loss", vl.detach() * run.W, 1)
+    mt.put("explained_var", _explained_var(run, [values.detach()], [m["returns"]], [batch.mask]))
 
 # %% ../nbs/14_trainer.ipynb #659114af
+@contextlib.contextmanager
+def _diverged_at(run:Run, step):
+    "Non-finite logits met during `step` (weights blown up by the previous update) stop the run as `TrainingDiverged`."
+    try: yield
+    except NonFiniteLogits as e: raise TrainingDiverged(f"training diverged at step {step}: {e}; {_kept(run)}") from None
+
+def _first_rows(run:Run):
+    "The step-0 row (held-out accuracy of the initial policy), then VAPO's value pre-training, a row per step."
+    with _diverged_at(run, 0): log_row(run, {"step": 0, "algo": run.algo.name, **heldout(run)})
+    if run.critic is None or not run.algo.value_pretrain_steps: return
+    for k in tqdm(range(run.algo.value_pretrain_steps), desc="value pretrain", disable=not (run.cfg.progress and run.main)):
+        mt = Meter(); value_pretrain(run, k, mt)
+        log_row(run, {"step": 0, "phase": "value_pretrain", "vp_step": k + 1, **mt.result(run.acc)})
+
 def train(cfg:TrainConfig,  # the run
           accelerator=None,  # an `accelerate.Accelerator`; default: a new one (CPU, GPU or `accelerate launch` settings)
          ) -> list[dict]:  # the metric rows of this run (also in out_dir/metrics.jsonl)
     "Run (or resume) RL training; writes metrics.jsonl, config.json and checkpoints under `cfg.out_dir`."
-    run = _Run(cfg, accelerator)
-    acc, main = run.acc, run.acc.is_main_process
-    start, rows = 0, []
-    if cfg.resume and os.path.exists(run.ckpt):
-        st = load_checkpoint(run.ckpt, cfg, acc, run.policy, run.opt, run.critic, run.copt, ignore=RUN_CONTROL)
-        start = st["step"]
-        rows = [r for r in _read_rows(run.metrics_file) if r.get("step", 0) <= start]
-        if main and not any(r.get("step") == start for r in rows) and start > 0:
-            raise CheckpointError(f"{run.metrics_file} lacks the rows up to step {start} that the checkpoint has")
-    elif cfg.resume and os.path.exists(run.metrics_file):
-        raise CheckpointError(f"resume=True but {run.ckpt!r} is missing while {run.metrics_file!r} exists; refusing to restart silently "
-                              f"(delete the directory or pass resume=False)")
-    if main:
-        os.makedirs(run.out, exist_ok=True)
-        with open(os.path.join(run.out, "config.json"), "w") as f: json.dump(cfg.to_dict(), f, indent=1)
-        with open(run.metrics_file, "w") as f:
-            for r in rows: f.write(json.dumps(r) + "\n")
-    acc.wait_for_everyone()
-
-    def log(row):
-        rows.append(row)
-        if main:
-            with open(run.metrics_file, "a") as f: f.write(json.dumps(row) + "\n")
-
-    def heldout():
-        t0 = time.time()
-        ev = heldout_eval(run.gen_model, run.tok, run.task, run.test_rows, cfg.max_new_tokens, accelerator=acc,
-                          temperature=cfg.temperature, seed=cfg.seed) if cfg.n_eval else {}
-        return {**ev, "time_eval": time.time() - t0}
-
-    if start == 0:
-        log({"step": 0, "algo": run.algo.name, **heldout()})
-        if run.critic is not None and run.algo.value_pretrain_steps:
-            for k in tqdm(range(run.algo.value_pretrain_steps), desc=f"value pretrain", disable=not (cfg.progress and main)):
-                mt = Meter(); run.value_pretrain(k, mt)
-                log({"step": 0, "phase": "value_pretrain", "vp_step": k + 1, **mt.result(acc)})
-    bar = tqdm(range(start + 1, cfg.steps + 1), desc=f"{run.algo.name}", disable=not (cfg.progress and main),
-               initial=start, total=cfg.steps)
-    for step in bar:
-        t0 = time.time(); mt = Meter()
-        ro, adv, returns, old_values, correct = run.prepare_batch(step, mt)
-        run.update(step, ro, adv, returns, old_values, correct, mt)
-        row = {"step": step, **mt.result(acc)}
-        if cfg.n_eval and cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.steps): row.update(heldout())
-        row["time_step"] = time.time() - t0
-        log(row)
-        bar.set_postfix(acc=f"{row['acc']:.2f}", len=f"{row['resp_len']:.1f}", **({"heldout": f"{row['heldout_acc']:.2f}"} if "heldout_acc" in row else {}))
-        if (cfg.save_every and step % cfg.save_every == 0) or step == cfg.steps:
-            save_checkpoint(run.ckpt, step, cfg, acc, run.policy, run.opt, run.critic, run.copt)
-        if cfg.stop_at is not None and step >= cfg.stop_at: break
-    return rows
+    with setup(cfg, accelerator) as run:
+        if run.start == 0: _first_rows(run)
+        bar = tqdm(range(run.start + 1, cfg.steps + 1), desc=run.algo.name, disable=not (cfg.progress and run.main),
+                   initial=run.start, total=cfg.steps)
+        for step in bar:
+            t0, mt = time.time(), Meter()
+            with _diverged_at(run, step):
+                batch = advantages(run, collect(run, step, mt), mt)   # rollout, rewards, advantages
+                update(run, step, batch, mt)                          # losses and optimizer steps
+                row = {"step": step, **mt.result(run.acc), **(heldout(run) if eval_due(cfg, step) else {})}
+            log_row(run, {**row, "time_step": time.time() - t0})
+            bar.set_postfix({k: f"{row[k]:.2f}" for k in ("acc", "resp_len", "heldout_acc") if row.get(k) is not None})
+            checkpoint(run, step)
+            if cfg.stop_at is not None and step >= cfg.stop_at: break
+        return run.rows

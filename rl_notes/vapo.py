@@ -11,17 +11,18 @@ from .core import agg_loss, masked_sum, check_shapes
 from .ppo import gae, value_loss
 
 # %% auto #0
-__all__ = ['length_adaptive_lambda', 'decoupled_gae', 'value_pretrain', 'positive_lm_loss', 'position_bias',
-           'critic_to_reward_model']
+__all__ = ['length_adaptive_lambda', 'decoupled_gae', 'value_pretrain_loss', 'value_pretrain', 'positive_lm_loss',
+           'position_bias', 'critic_to_reward_model']
 
 # %% ../nbs/05_vapo.ipynb #9c5e5882
 def length_adaptive_lambda(lengths:torch.Tensor,  # (B,) response lengths l (>= 1)
                            alpha:float=0.05,  # VAPO's alpha; the effective horizon is alpha * l
                           ) -> torch.Tensor:  # (B,) float lambdas in [0, 1]
     "VAPO's length-adaptive GAE lambda, 1 - 1/(alpha * l), clamped to [0, 1] (it is negative for l < 1/alpha)."
-    if not (isinstance(alpha, (int, float)) and alpha > 0): raise ValueError(f"`alpha` must be > 0, got {alpha!r}")
+    if isinstance(alpha, bool) or not (isinstance(alpha, (int, float)) and alpha > 0 and math.isfinite(alpha)):
+        raise ValueError(f"`alpha` must be > 0 and finite, got {alpha!r}")
     l = torch.as_tensor(lengths)
-    if l.numel() and (l < 1).any(): raise ValueError(f"`lengths` must be >= 1, got min {l.min().item()}")
+    if l.numel() and not (l >= 1).all(): raise ValueError(f"`lengths` must be >= 1, got min {l.min().item()}")   # NaN fails too
     # $\lambda_{\text{policy}} = 1 - \frac{1}{\alpha l}$
     return (1 - 1 / (alpha * l.double())).clamp(0.0, 1.0).float()
 
@@ -48,6 +49,21 @@ def decoupled_gae(rewards:torch.Tensor,  # (B, T) per-token rewards
     _, returns = gae(rewards, values, mask, gamma=gamma, lam=lam_critic)
     return adv, returns
 
+# %% ../nbs/05_vapo.ipynb #9d475c90
+def value_pretrain_loss(values:torch.Tensor,  # V_phi(s_t) of the critic being trained (B, T), with grad
+                        rewards:torch.Tensor,  # per-token rewards (B, T), e.g. `rl_notes.ppo.terminal_rewards`
+                        mask:torch.Tensor,  # (B, T) response mask
+                        gamma:float=1.0,  # discount of the Monte-Carlo return
+                        clip:float|None=None,  # value-loss clip around the current values (None: plain MSE, as VAPO's pre-training)
+                        global_tokens:float|None=None,  # token-mean divisor over all data-parallel processes (see `value_loss`)
+                       ) -> tuple[torch.Tensor, dict]:  # (value loss, `value_loss`'s metrics plus the targets under "returns" (B, T))
+    "One value pre-training loss: regress the critic on the lambda=1 (Monte-Carlo) returns of a fixed policy's samples."
+    with torch.no_grad():
+        # $V^{\text{target}}_t = \sum_{k \ge t} \gamma^{k-t} r_k$ (GAE with $\lambda = 1$: the targets do not depend on the critic)
+        _, returns = gae(rewards, values.detach(), mask, gamma=gamma, lam=1.0)
+    loss, m = value_loss(values, values.detach(), returns, mask, clip=clip, global_tokens=global_tokens)
+    return loss, {**m, "returns": returns}
+
 # %% ../nbs/05_vapo.ipynb #81051acd
 def value_pretrain(value_fn:Callable,  # value_fn(batch) -> (B, T) values with grad
                    optimizer:torch.optim.Optimizer,  # optimiser over the critic's parameters
@@ -70,10 +86,7 @@ def value_pretrain(value_fn:Callable,  # value_fn(batch) -> (B, T) values with g
     for step in range(1, max_steps + 1):
         batch = sample_fn(step - 1)
         values = value_fn(batch)                                   # (B, T)
-        with torch.no_grad():
-            # $V^{\text{target}}_t = \sum_{k \ge t} \gamma^{k-t} r_k$ (GAE with $\lambda = 1$)
-            _, returns = gae(batch["rewards"], values.detach(), batch["mask"], gamma=gamma, lam=1.0)
-        loss, m = value_loss(values, values.detach(), returns, batch["mask"], clip=clip)
+        loss, m = value_pretrain_loss(values, batch["rewards"], batch["mask"], gamma=gamma, clip=clip)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if grad_clip is not None: torch.nn.utils.clip_grad_norm_(params, grad_clip)
@@ -94,14 +107,21 @@ def positive_lm_loss(logp:torch.Tensor,  # (B, T) log pi_theta of the sampled to
                      mask:torch.Tensor,  # (B, T) response mask
                      positive:torch.Tensor,  # (B,) bool, True for responses judged correct
                      mu:float=0.1,  # weight of the term (VAPO: 0.1)
+                     global_tokens:float|None=None,  # divisor: positive tokens over all data-parallel processes; None: this process's count
                     ) -> tuple[torch.Tensor, dict]:  # (mu * NLL over the tokens of positive responses, metrics)
-    "VAPO's positive-example LM loss: mu times the token-mean NLL of the correct responses (0 if there are none)."
+    "VAPO's positive-example LM loss: mu times the token-mean NLL of the correct responses (0, with a zero gradient, if there are none)."
     if positive.shape != logp.shape[:1]: raise ValueError(f"`positive` must be (B,) = ({logp.shape[0]},), got {tuple(positive.shape)}")
-    if not mu >= 0: raise ValueError(f"`mu` must be >= 0, got {mu}")
+    if not (mu >= 0 and math.isfinite(mu)): raise ValueError(f"`mu` must be >= 0 and finite, got {mu}")
     pm = (mask != 0) & (positive != 0).unsqueeze(-1)               # (B, T) tokens of positive responses
+    if global_tokens is not None:
+        if not (global_tokens >= 0 and math.isfinite(global_tokens)):
+            raise ValueError(f"`global_tokens` must be a finite count >= 0, got {global_tokens}")
+        if global_tokens == 0:
+            if bool(pm.any()): raise ValueError(f"`global_tokens` is 0 but this process has {int(pm.sum())} positive token(s)")
+            global_tokens = None                                   # no positive token anywhere: the masked sum, 0
     # $\mathcal L_{\text{NLL}} = -\frac{1}{\sum_{o \in \mathcal T}|o|}\sum_{o \in \mathcal T}\sum_t \log\pi_\theta(a_t|s_t)$
-    nll = agg_loss(-logp, pm, "token-mean")
-    return mu * nll, dict(nll=nll.detach(), n_positive=(positive != 0).sum())
+    nll = agg_loss(-logp, pm, "token-mean", global_tokens=global_tokens)
+    return mu * nll, dict(nll=nll.detach(), n_positive=(positive != 0).sum(), n_tokens=pm.sum())
 
 # %% ../nbs/05_vapo.ipynb #d7875f29
 def position_bias(adv:torch.Tensor,  # (B, T) advantages, e.g. GAE with the critic under test on a fixed policy's samples

@@ -23,7 +23,7 @@ def test_two_processes_match_one(tmp_path, algo):
     code = "import sys; from rl_notes.cli import main; sys.exit(main())"
     script = tmp_path / "rl_notes_main.py"; script.write_text(code)
     args = ["train", "--model", model, "--task-arg", "max_digits=2", "--task-arg", "scratchpad=false", "--algo", algo,
-            *(["--set", "overlong_cache=2", "--set", "max_gen_rounds=2"] if algo == "dapo" else []), "--steps", "3", "--n-prompts", "4", "--group-size", "4",
+            *(["--set", "cache_len=2", "--set", "max_rounds=2"] if algo == "dapo" else []), "--steps", "3", "--n-prompts", "4", "--group-size", "4",
             "--max-new-tokens", "3" if algo == "dapo" else "5", "--n-eval", "8", "--eval-every", "3", "--n-train", "200", "--no-shard", "--quiet", "--threads", "1"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1"}
     one = subprocess.run([sys.executable, str(script), *args, "--out", str(tmp_path / "one")], capture_output=True, text=True, env=env, timeout=300)
@@ -48,29 +48,50 @@ def test_two_processes_match_one(tmp_path, algo):
     assert any(abs(r.get("loss") or 0) > 0 for r in r1) and any((r.get("grad_norm") or 0) > 0 for r in r1)
     assert checked > 40
 
-WHITEN = '''
+@pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun not installed")
+def test_sharded_two_processes_train(tmp_path):
+    "Sharded rollouts (each process samples its own prompts): whitening, explained variance and token counts reduce over both."
+    model = micro_model(tmp_path / "cache")
+    script = tmp_path / "rl_notes_main.py"; script.write_text("import sys; from rl_notes.cli import main; sys.exit(main())")
+    args = ["train", "--model", model, "--task-arg", "max_digits=2", "--task-arg", "scratchpad=false", "--algo", "ppo", "--steps", "2",
+            "--n-prompts", "4", "--group-size", "4", "--max-new-tokens", "5", "--n-eval", "8", "--n-train", "200", "--ppo-epochs", "2",
+            "--n-minibatches", "2", "--quiet", "--threads", "1", "--out", str(tmp_path / "two")]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1", "ACCELERATE_USE_CPU": "true"}
+    two = subprocess.run([str(TORCHRUN), "--nproc_per_node", "2", "--master_port", str(_free_port()), str(script), *args],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert two.returncode == 0, two.stderr[-3000:]
+    assert json.loads((tmp_path / "two" / "ckpt" / "state.json").read_text())["world_size"] == 2
+    rows = [json.loads(l) for l in (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    for r in rows[1:]:
+        for k in ("loss", "grad_norm", "value_loss", "adv_abs"): assert isinstance(r[k], float) and r[k] == r[k], (k, r)
+
+REDUCE = '''
 import sys, torch
 from pathlib import Path
 from accelerate import Accelerator
 from rl_notes.core import masked_whiten
-from rl_notes.trainer import whiten_across
+from rl_notes.ppo import explained_variance
 acc = Accelerator()
 assert acc.num_processes == 2, acc.num_processes
+reduce = lambda t: acc.reduce(t, "sum")                                   # what the trainer passes as `reduce`
 g = torch.Generator().manual_seed(0)
-x, m = torch.randn(6, 5, generator=g), torch.rand(6, 5, generator=g) > 0.3
-whole, r = masked_whiten(x, m), acc.process_index
-mine = whiten_across(x[3 * r:3 * r + 3], m[3 * r:3 * r + 3], acc)           # each process whitens only its own rows
-assert torch.allclose(mine, whole[3 * r:3 * r + 3], atol=1e-6), (mine, whole)
-assert not torch.allclose(masked_whiten(x[3 * r:3 * r + 3], m[3 * r:3 * r + 3]), whole[3 * r:3 * r + 3], atol=1e-3)  # local stats differ
+x, v, m = torch.randn(6, 5, generator=g), torch.randn(6, 5, generator=g), torch.rand(6, 5, generator=g) > 0.3
+r = acc.process_index; mine = slice(3 * r, 3 * r + 3)                     # each process holds only its own rows
+whole = masked_whiten(x, m)
+assert torch.allclose(masked_whiten(x[mine], m[mine], reduce=reduce), whole[mine], atol=1e-6)
+assert not torch.allclose(masked_whiten(x[mine], m[mine]), whole[mine], atol=1e-3)   # local statistics differ
+ev = explained_variance(v[mine], x[mine], m[mine], reduce=reduce).item()
+assert abs(ev - explained_variance(v, x, m).item()) < 1e-6, ev
 Path(sys.argv[1], f"ok{r}").write_text("ok")                              # one marker per process (stdout interleaves)
 acc.wait_for_everyone()
 acc.end_training()                     # destroy the gloo group before exit (left alive it can abort the interpreter)
 '''
 
 @pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun not installed")
-def test_whiten_across_processes(tmp_path):
-    "Sharded rollouts: GAE whitening over both processes' rows equals whitening the whole batch in one process."
-    script = tmp_path / "whiten.py"; script.write_text(WHITEN)
+def test_reduce_hooks_across_processes(tmp_path):
+    "Sharded rollouts: whitening and explained variance over both processes' rows (the `reduce` hook the trainer passes, on accelerate)."
+    script = tmp_path / "reduce.py"; script.write_text(REDUCE)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
     r = subprocess.run([str(TORCHRUN), "--nproc_per_node", "2", "--master_port", str(_free_port()), str(script), str(tmp_path)],
                        capture_output=True, text=True, env=env, timeout=120)

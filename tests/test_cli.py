@@ -1,4 +1,4 @@
-"The `rl_notes` console script, through a subprocess: help, one-line errors with exit status 2, a quick demo."
+"The `rl_notes` console script, through a subprocess: help, one-line errors with exit status 2, one run per directory, a quick demo."
 import json, os, subprocess, sys
 from pathlib import Path
 import pytest
@@ -10,32 +10,91 @@ def run(*args, timeout=300):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1"}
     return subprocess.run(CMD + [str(a) for a in args], capture_output=True, text=True, timeout=timeout, env=env)
 
+def one_line_error(r, msg):
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    lines = [l for l in r.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1 and lines[0].startswith("rl_notes: error:"), r.stderr
+    assert msg in lines[0], lines[0]
+
 def test_help():
     r = run("--help")
     assert r.returncode == 0
     for cmd in ("sft", "train", "eval", "plot", "demo"): assert cmd in r.stdout
     r = run("train", "--help")
-    assert r.returncode == 0 and "--algo" in r.stdout and "dapo" in r.stdout and "--task-arg" in r.stdout
+    assert r.returncode == 0 and "--algo" in r.stdout and "dapo" in r.stdout and "--task-arg" in r.stdout and "--overwrite" in r.stdout
+    assert "RL steps (default 100)" in r.stdout                       # defaults read from TrainConfig when help is printed
 
+def test_help_imports_nothing_heavy():
+    "`rl_notes --help` must answer at once: the parser loads neither torch nor the trainer."
+    code = ("import sys; from rl_notes.cli import main\ntry: main(['--help'])\nexcept SystemExit: pass\n"
+            "print(sorted(m for m in ('torch', 'transformers', 'accelerate', 'rl_notes.trainer') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.stdout.splitlines()[-1] == "[]", r.stdout + r.stderr
+
+def test_preset_names_are_the_trainers():
+    from rl_notes.cli import PRESET_NAMES, TRAIN_OPTIONS
+    from rl_notes.trainer import PRESETS, TrainConfig
+    assert list(PRESET_NAMES) == sorted(PRESETS)
+    assert {n for n, _, _ in TRAIN_OPTIONS} <= set(TrainConfig.__dataclass_fields__)
+
+# errors argparse finds (no heavy import): through the console script
 @pytest.mark.parametrize("args,msg", [
     (("train", "--algo", "reinforce", "--model", "."), "invalid choice: 'reinforce'"),
+    (("train",), "the following arguments are required: --model"),
+    (("train", "--model", ".", "--steps", "ten"), "argument --steps: invalid int value: 'ten'"),
+    (("frobnicate",), "invalid choice: 'frobnicate'"),
+    # and two that the config finds, end to end
+    (("train", "--model", ".", "--warmup-steps", "-5"), "TrainConfig.warmup_steps must be an int >= 0, got -5"),
+    (("train", "--model", ".", "--set", "dynamic_sampling=maybe"), "Algo.dynamic_sampling must be a bool, got 'maybe'"),
+])
+def test_errors_are_one_line(args, msg):
+    one_line_error(run(*args), msg)
+
+# errors the task, the config or the trainer finds: through `rl_notes.cli.main` in this process (the console script is
+# `sys.exit(main())`), so that each case does not pay for importing torch again
+@pytest.mark.parametrize("args,msg", [
     (("train", "--task", "sorting", "--model", "."), "unknown task 'sorting'"),
     (("train", "--model", "/no/such/model"), "--model '/no/such/model': no such directory"),
     (("eval", "--model", "/no/such/model"), "no such directory"),
-    (("train",), "the following arguments are required: --model"),
-    (("train", "--model", ".", "--steps", "ten"), "argument --steps: invalid int value: 'ten'"),
     (("train", "--model", ".", "--set", "clip=0.3"), "unknown Algo field"),
     (("train", "--model", ".", "--task-arg", "digits=3"), "bad arguments for task 'addition'"),
     (("train", "--model", ".", "--algo", "grpo", "--critic-init", "rm"), "TrainConfig.critic_init is set ('rm') but algo 'grpo' has no critic"),
+    (("train", "--model", ".", "--eval-every", "-1"), "TrainConfig.eval_every must be an int >= 0, got -1"),
+    (("train", "--model", ".", "--save-every", "-1"), "TrainConfig.save_every must be an int >= 0, got -1"),
+    (("train", "--model", ".", "--threads", "-3"), "TrainConfig.threads must be an int >= 1 or None, got -3"),
+    (("train", "--model", ".", "--lr", "inf"), "TrainConfig.lr must be a finite float >= 0, got inf"),
+    (("train", "--model", ".", "--out", __file__), f"TrainConfig.out_dir must be a directory path, but {__file__!r} is a file"),
+    (("train", "--model", ".", "--set", "eps_high=0.3x"), "Algo.eps_high must be a finite float >= 0, got '0.3x'"),
+    (("train", "--model", ".", "--set", "max_rounds=2.5"), "Algo.max_rounds must be an int >= 1, got 2.5"),
+    (("train", "--model", ".", "--resume", "--overwrite"), "resume and overwrite exclude each other"),
+    (("sft", "--model-arg", "hidden_size=abc"), "tiny_llama.hidden_size must be an int, got 'abc'"),
+    (("sft", "--task-arg", "scratchpad=maybe"), "`scratchpad` must be a bool, got 'maybe'"),
+    (("demo", "--threads", "-3"), "`threads` must be an int >= 1 or None, got -3"),
     (("plot", "/no/such/run"), "no metrics.jsonl"),
-    (("frobnicate",), "invalid choice: 'frobnicate'"),
 ])
-def test_errors_are_one_line(args, msg):
-    r = run(*args)
-    assert r.returncode == 2, (r.stdout, r.stderr)
-    lines = [l for l in r.stderr.splitlines() if l.strip()]
-    assert len(lines) == 1 and lines[0].startswith("rl_notes: error:"), r.stderr
-    assert msg in lines[0], lines[0]
+def test_config_errors_are_one_line(args, msg, capsys):
+    from rl_notes.cli import main
+    code = main([str(a) for a in args])
+    err = capsys.readouterr().err
+    one_line_error(subprocess.CompletedProcess(args, code, "", err), msg)
+
+@pytest.fixture(scope="module")
+def micro(tmp_path_factory):
+    from rl_notes.models import sft_warm_start
+    return str(sft_warm_start("addition", model_cfg=dict(hidden_size=32, num_layers=1, heads=2), steps=60, batch_size=32, eval_n=0,
+                              n_train=2000, cache_dir=tmp_path_factory.mktemp("sft"), progress=False, max_digits=2, scratchpad=False))
+
+def test_one_run_per_directory_and_divergence(micro, tmp_path):
+    args = ["train", "--model", micro, "--task-arg", "max_digits=2", "--task-arg", "scratchpad=false", "--n-prompts", "2",
+            "--group-size", "4", "--max-new-tokens", "3", "--n-eval", "4", "--n-train", "200", "--quiet", "--threads", "1",
+            "--set", "soft_overlong=true", "--set", "cache_len=2", "--out", tmp_path / "run"]
+    r = run(*args, "--steps", "2", "--save-every", "1"); assert r.returncode == 0, r.stderr[-2000:]
+    one_line_error(run(*args, "--steps", "2"), "holds a previous run")                     # never silently replaced
+    r = run(*args, "--steps", "3", "--resume"); assert r.returncode == 0, r.stderr[-2000:]  # continued
+    assert [json.loads(l)["step"] for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()] == [0, 1, 2, 3]
+    r = run(*args, "--steps", "1", "--overwrite"); assert r.returncode == 0, r.stderr[-2000:]
+    assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 2
+    one_line_error(run(*args[:-1], tmp_path / "div", "--steps", "3", "--lr", "1e30"), "training diverged at step 2")
 
 def test_quick_demo_sft_train_eval_plot(tmp_path):
     r = run("demo", "--quick", "--quiet", "--out", tmp_path / "demo", "--cache-dir", tmp_path / "cache", "--threads", "1")
@@ -58,3 +117,5 @@ def test_quick_demo_sft_train_eval_plot(tmp_path):
     assert r.returncode == 0 and 0 <= json.loads(r.stdout.strip().splitlines()[-1])["accuracy"] <= 1
     r = run("plot", tmp_path / "run", tmp_path / "demo" / "grpo", "--out", tmp_path / "p.png")
     assert r.returncode == 0 and (tmp_path / "p.png").is_file()
+    r = run("demo", "--quick", "--quiet", "--out", tmp_path / "demo", "--sft", model, "--threads", "1")
+    assert r.returncode == 0, r.stderr[-2000:]                      # the demo again (from the cached SFT): it replaces its own runs

@@ -4,7 +4,7 @@ import torch
 import pytest
 from hypothesis import given, settings, strategies as st, HealthCheck
 from rl_notes.core import (masked_sum, masked_mean, masked_var, masked_whiten, agg_loss, AGG_MODES,
-                           logprobs_from_logits, logprobs_and_entropy, kl_penalty, KL_KINDS)
+                           logprobs_from_logits, logprobs_and_entropy, kl_penalty, KL_KINDS, lockstep)
 
 SET = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -115,3 +115,119 @@ def test_large_vocab_bf16_within_tolerance():
     labels = torch.randint(0, 5000, (2, 3))
     ref = logits.double().log_softmax(-1).gather(-1, labels[..., None]).squeeze(-1)
     assert (logprobs_from_logits(logits, labels).double() - ref).abs().max() < 2e-5
+
+
+# ---------------------------------------------------------------- data parallel: the `reduce` hook
+
+def whiten_across_ref(x, mask, red, eps=1e-8):
+    "The RL trainer's `whiten_across` for W > 1 processes, restated (rl_notes.trainer before it called masked_whiten(reduce=))."
+    m = mask.bool()
+    n = red(m.sum().double())
+    if n < 2: return x
+    xd = x.double()
+    mean = red(masked_sum(xd, m)) / n
+    var = red(masked_sum((xd - mean) ** 2, m)) / (n - 1)
+    w = ((xd - mean) * torch.rsqrt(var + eps)).to(x.dtype)
+    return torch.where(m, w, torch.zeros_like(w))
+
+@SET
+@given(batch(min_b=1, max_b=7), st.integers(1, 4), st.sampled_from([torch.float32, torch.float64]), st.floats(-5, 5), st.floats(0.1, 50))
+def test_whiten_reduce_equals_union_and_trainer(b, W, dtype, shift, scale):
+    "W processes holding disjoint row sets = one process holding the union; and bit for bit what the trainer computed."
+    x, mask, g = b
+    x = (x * scale + shift).to(dtype)
+    B = x.shape[0]
+    cuts = sorted(torch.randint(0, B + 1, (W - 1,), generator=g).tolist())
+    rows = list(zip([0] + cuts, cuts + [B]))                       # contiguous row ranges, some possibly empty
+    ours = lockstep([lambda red, a=a, e=e: masked_whiten(x[a:e], mask[a:e], reduce=red) for a, e in rows])
+    theirs = lockstep([lambda red, a=a, e=e: whiten_across_ref(x[a:e], mask[a:e], red) for a, e in rows])
+    for o, t in zip(ours, theirs): assert torch.equal(o, t)
+    whole = torch.cat(ours)
+    if mask.sum() >= 2:
+        ref = masked_whiten(x.double(), mask).to(dtype)
+        assert torch.allclose(whole, ref, rtol=1e-5, atol=1e-5)
+        if W == 1: assert torch.allclose(whole, masked_whiten(x, mask), rtol=1e-5, atol=1e-5)
+    else:
+        assert torch.equal(whole, x)                               # fewer than 2 tokens in all: unchanged
+
+@SET
+@given(batch(min_b=2))
+def test_whiten_reduce_none_is_the_single_process_formula(b):
+    x, mask, g = b
+    if mask.sum() < 2: return
+    for shift_mean in (True, False):
+        m, v = masked_mean(x, mask), masked_var(x, mask)
+        w = (x - m) * torch.rsqrt(v + 1e-8)
+        if not shift_mean: w = w + m
+        assert torch.equal(masked_whiten(x, mask, shift_mean=shift_mean), torch.where(mask, w, torch.zeros_like(w)))
+        assert torch.equal(masked_whiten(x, mask, shift_mean=shift_mean, reduce=None), masked_whiten(x, mask, shift_mean=shift_mean))
+
+def test_lockstep_propagates_errors_and_keeps_order():
+    out = lockstep([lambda red, i=i: red(torch.tensor([float(i)])) + i for i in range(3)])
+    assert [float(o) for o in out] == [3.0, 4.0, 5.0]
+    def fail(red): raise KeyError("boom")
+    with pytest.raises(KeyError, match="boom"): lockstep([lambda red: red(torch.ones(1)), fail])
+
+def _dist_worker(rank, world, init_file, x, mask, out_dir):
+    "One gloo process: whiten and explained variance over its half of the rows, with reduce = all_reduce(sum)."
+    import torch.distributed as dist
+    from rl_notes.ppo import explained_variance
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    def red(t):
+        t = t.clone(); dist.all_reduce(t); return t
+    rows = slice(rank * x.shape[0] // world, (rank + 1) * x.shape[0] // world)
+    w = masked_whiten(x[rows], mask[rows], reduce=red)
+    ev = explained_variance(x[rows] * 0.5, x[rows], mask[rows], reduce=red)
+    torch.save({"w": w, "ev": ev}, f"{out_dir}/{rank}.pt")
+    dist.destroy_process_group()
+
+def test_reduce_hook_under_torch_distributed(tmp_path):
+    "The same hook with a real all-reduce: 2 gloo processes on this machine equal one process holding all rows."
+    import torch.multiprocessing as mp
+    from rl_notes.ppo import explained_variance
+    g = torch.Generator().manual_seed(0)
+    x, mask = torch.randn(8, 6, generator=g) * 2 + 1, torch.rand(8, 6, generator=g) > 0.3
+    mp.spawn(_dist_worker, args=(2, str(tmp_path / "init"), x, mask, str(tmp_path)), nprocs=2, join=True)
+    res = [torch.load(tmp_path / f"{r}.pt") for r in range(2)]
+    assert torch.allclose(torch.cat([r["w"] for r in res]), masked_whiten(x.double(), mask).float(), atol=1e-6)
+    for r in res: assert torch.allclose(r["ev"], explained_variance(x * 0.5, x, mask), atol=1e-6)
+
+# ---------------------------------------------------------------- edge cases
+
+def test_agg_loss_empty_batch_is_zero_in_every_mode():
+    for shape in ((0, 5), (3, 0), (0, 0)):
+        for mode in AGG_MODES:
+            z = torch.zeros(shape, requires_grad=True)
+            out = agg_loss(z, torch.zeros(shape, dtype=torch.bool), mode)
+            out.backward()
+            assert out.item() == 0.0 and not math.isnan(out.item()) and z.grad.shape == shape
+    with pytest.raises(ValueError, match="`max_tokens` must be > 0 and finite"): agg_loss(torch.ones(1, 2), torch.ones(1, 2), "seq-mean-token-sum-norm", max_tokens=math.inf)
+    with pytest.raises(ValueError, match="`global_tokens` must be > 0 and finite"): agg_loss(torch.ones(1, 2), torch.ones(1, 2), global_tokens=math.nan)
+
+@SET
+@given(st.integers(1, 3), st.integers(1, 6), st.integers(2, 30), st.integers(0, 2**31 - 1), st.sampled_from([None, 1, 4]))
+def test_logprobs_ignore_rows_with_nan_logits(B, T, V, seed, chunk):
+    "Rows labelled ignore_index are ignored whatever their logits hold (NaN, inf); the other rows are unchanged."
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(B, T, V, generator=g)
+    labels = torch.randint(0, V, (B, T), generator=g)
+    ign = torch.rand(B, T, generator=g) < 0.4
+    labels[ign] = -100
+    poisoned = logits.clone(); poisoned[ign] = float('nan'); poisoned[ign.nonzero()[:1].unbind(-1)] = float('inf')
+    z = poisoned.clone().requires_grad_()
+    lp, ent = logprobs_and_entropy(z, labels, chunk_size=chunk)
+    rlp, rent = logprobs_and_entropy(logits, labels, chunk_size=chunk)
+    assert torch.equal(lp.detach(), rlp) and torch.equal(ent.detach()[~ign], rent[~ign]) and (ent.detach()[ign] == 0).all()
+    (lp.sum() + ent.sum()).backward()
+    assert torch.isfinite(z.grad).all() and (z.grad[ign] == 0).all()
+    z2 = logits.clone().requires_grad_(); (logprobs_and_entropy(z2, labels, chunk_size=chunk)[0].sum() + logprobs_and_entropy(z2, labels, chunk_size=chunk)[1].sum()).backward()
+    assert torch.allclose(z.grad[~ign], z2.grad[~ign], atol=1e-6)
+
+def test_logprobs_out_of_range_labels_are_named():
+    logits, labels = torch.randn(2, 3, 7), torch.zeros(2, 3, dtype=torch.long)
+    for bad in (7, 100, -1, -99):
+        lab = labels.clone(); lab[1, 2] = bad
+        with pytest.raises(ValueError, match=rf"`labels` must lie in \[0, V\) = \[0, 7\) or equal `ignore_index`=-100, got {bad} at flattened position 5"):
+            logprobs_from_logits(logits, lab)
+    lab = labels.clone(); lab[0, 0] = 7
+    assert logprobs_from_logits(logits, lab, ignore_index=7)[0, 0] == 0       # ignore_index may be any value

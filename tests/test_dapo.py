@@ -10,7 +10,6 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from rl_notes.core import agg_loss
 from rl_notes.dapo import (dapo_loss, dynamic_sample, filter_groups, max_prob_after_clip, overlong_filter_mask,
                            soft_overlong_punishment)
 from rl_notes.grpo import group_advantages, grpo_loss
@@ -107,3 +106,62 @@ def test_overlong_filter_and_clip_higher():
     assert overlong_filter_mask(torch.tensor([True, False, True]), m).sum(-1).tolist() == [0, 4, 0]
     p = torch.linspace(0, 1, 101)
     assert torch.allclose(max_prob_after_clip(p, 0.28), torch.minimum(p.double() * 1.28, torch.ones(101, dtype=torch.double)))
+
+
+# ---------------------------------------------------------------- fill="filtered": the RL trainer's batch, exactly
+def _rollout(rnd, n, G, g):
+    "A synthetic rl_notes.rollout.Rollout of n prompts x G responses, with a prompt and response width that vary by round."
+    from rl_notes.rollout import Rollout
+    P, T, B = int(torch.randint(1, 4, (1,), generator=g)), int(torch.randint(1, 6, (1,), generator=g)), n * G
+    rm = (torch.arange(T) < torch.randint(1, T + 1, (B, 1), generator=g)).long()
+    return Rollout(input_ids=torch.randint(1, 50, (B, P + T), generator=g), attention_mask=torch.cat([torch.ones(B, P, dtype=torch.long), rm], 1),
+                   response_mask=rm, old_logp=-torch.rand(B, T, generator=g), truncated=torch.rand(B, generator=g) < 0.3,
+                   response_text=[f"{rnd}:{i}" for i in range(B)], prompt_len=P, group_size=G, prompts=[f"p{rnd}:{j}" for j in range(n)])
+
+def trainer_collect_ref(pieces, need, G, pad):
+    "The RL trainer's `_Run.collect` assembly, restated: kept groups in order, then filler groups (latest round first)."
+    from rl_notes.rollout import cat_rollouts
+    chosen = [(p, g) for p in range(len(pieces)) for g in range(len(pieces[p][2])) if pieces[p][2][g]][:need]
+    if len(chosen) < need:
+        filler = [(p, g) for p in reversed(range(len(pieces))) for g in range(len(pieces[p][2])) if not pieces[p][2][g]]
+        chosen += filler[:need - len(chosen)]
+    ros, rw = [], []
+    for p in range(len(pieces)):
+        gs = [g for (q, g) in chosen if q == p]
+        if not gs: continue
+        rows = torch.tensor([g * G + j for g in gs for j in range(G)])
+        ros.append(pieces[p][0].select(rows)); rw.append(pieces[p][1][rows])
+    return (cat_rollouts(ros, pad) if len(ros) > 1 else ros[0]), torch.cat(rw)
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 5), st.sampled_from([2, 3]), st.integers(1, 4), st.floats(0.0, 1.0), st.integers(0, 10 ** 6))
+def test_dynamic_sample_fill_is_the_trainers_batch(n, G, max_rounds, p_inf, seed):
+    "Rollout fields, rewards and order equal the trainer's own assembly; stats give its gen_rounds, filler_frac and round-0 metrics."
+    import dataclasses
+    from rl_notes.rollout import cat_rollouts
+    g = torch.Generator().manual_seed(seed)
+    need = n                                                       # the trainer asks for one round's worth of groups
+    made = []
+    for rnd in range(max_rounds):
+        inf = torch.rand(n, generator=g) < p_inf
+        r = torch.stack([torch.where(inf, 0.0, 1.0), torch.ones(n)], 1)[:, [j % 2 for j in range(G)]].reshape(-1)
+        made.append((_rollout(rnd, n, G, g), r))
+    # the trainer stops generating once it has `need` informative groups
+    pieces, k = [], 0
+    for ro, r in made:
+        keep = filter_groups(r, G).view(n, G)[:, 0]
+        pieces.append((ro, r, keep.tolist())); k += int(keep.sum())
+        if k >= need: break
+    ref_ro, ref_r = trainer_collect_ref(pieces, need, G, pad=0)
+    rw, ro, st_ = dynamic_sample(lambda rnd: (made[rnd][1], made[rnd][0]), need, G, max_rounds=max_rounds, on_exhaust="partial",
+                                 fill="filtered", concat=lambda parts: cat_rollouts(parts, 0))
+    assert torch.equal(rw, ref_r)
+    for f in dataclasses.fields(ro):
+        a, b = getattr(ro, f.name), getattr(ref_ro, f.name)
+        assert (torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b), f.name
+    assert st_["rounds"] == len(pieces)                             # the trainer's gen_rounds
+    assert st_["filler_groups"] / need == (need - min(k, need)) / need   # its filler_frac
+    assert st_["kept_groups"] + st_["filler_groups"] == need
+    first = st_["first_round"]                                     # its round-0 metrics: the full, unfiltered batch
+    assert first["batch"] is made[0][0] and torch.equal(first["rewards"], made[0][1])
+    assert first["keep"].float().mean().item() == torch.tensor(pieces[0][2]).float().mean().item()   # kept_frac

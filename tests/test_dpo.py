@@ -9,7 +9,6 @@ import collections, math, types
 
 import pytest
 import torch
-import torch.nn.functional as F
 from hypothesis import given, settings, strategies as st
 
 from rl_notes.dpo import (DPO_LOSS_TYPES, collate_pairs, concatenated_forward, dpo_loss, sequence_logps, simpo_loss)
@@ -196,6 +195,13 @@ def test_bad_inputs():
     z = torch.zeros(3)
     with pytest.raises(ValueError, match="chosen/rejected batch sizes differ"): dpo_loss(z, z[:2], z, z[:2])
     with pytest.raises(ValueError, match="`beta` must be > 0"): dpo_loss(z, z, z, z, beta=0.0)
+    for bad in (math.inf, -math.inf, math.nan):
+        with pytest.raises(ValueError, match="`beta` must be > 0 and finite"): dpo_loss(z, z, z, z, beta=bad)
+        with pytest.raises(ValueError, match="`beta` must be > 0 and finite"): simpo_loss(z, z, beta=bad)
+    for name, bad in (("chosen_logps", z.long()), ("rejected_logps", z > 0), ("ref_chosen_logps", z.int()), ("ref_rejected_logps", z.bool())):
+        args = {**dict(chosen_logps=z, rejected_logps=z, ref_chosen_logps=z, ref_rejected_logps=z), name: bad}
+        with pytest.raises(ValueError, match=f"`{name}` must be a floating-point tensor of log-probs, got {bad.dtype}"): dpo_loss(**args)
+    with pytest.raises(ValueError, match="`token_logps` must be a floating-point tensor"): sequence_logps(torch.ones(2, 3, dtype=torch.long), torch.ones(2, 3))
     with pytest.raises(ValueError, match="unknown `loss_type`"): dpo_loss(z, z, z, z, loss_type="bco")
     with pytest.raises(ValueError, match="all-padding"): sequence_logps(torch.zeros(2, 3), torch.tensor([[1, 0, 0], [0, 0, 0]]))
     with pytest.raises(ValueError, match="all-padding"): collate_pairs([[1]], [[]], [[2]])

@@ -9,13 +9,15 @@ normalisation in one method), which cannot be run without a model and reward fun
 minimal restatement of its `multi_objective_aggregation="sum_then_normalize"` branch (one reward function), calling
 TRL's own `nanstd`; eps = 1e-4 as in TRL.
 """
-import collections, types
+import collections, math, types
 
 import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
+from rl_notes.core import agg_loss, kl_penalty, masked_mean
 from rl_notes.grpo import group_advantages, grpo_loss, process_advantages
+from rl_notes.ppo import ppo_policy_loss
 
 grpo_mod = pytest.importorskip("trl.trainer.grpo_trainer")
 from trl.trainer.utils import nanstd
@@ -165,3 +167,64 @@ def test_clipped_gradient_zero_past_bound(log_ratio, a, eps_low, eps_high):
     stuck = (a > 0 and ratio > 1 + eps_high) or (a < 0 and ratio < 1 - eps_low)
     if stuck: assert g.item() == 0.0
     else: assert abs(g.item() - (-a * ratio)) <= 1e-5 * (1 + abs(a * ratio))
+
+
+# ---------------------------------------------------------------------------------------------------- what the trainer needs
+def trainer_dual_clip_loss(logp, old, ref, adv, m, eps_low, eps_high, dual_clip, beta, kl, agg, max_tokens, gt):
+    "The RL trainer's dual-clip branch, restated (rl_notes.trainer before it called grpo_loss(dual_clip=))."
+    loss, pm = ppo_policy_loss(logp, old, adv, m, eps_low=eps_low, eps_high=eps_high, dual_clip=dual_clip,
+                               agg=agg, max_tokens=max_tokens, global_tokens=gt)
+    if beta > 0:
+        kl_mat = kl_penalty(logp, ref, kind=kl)
+        loss = loss + beta * agg_loss(kl_mat, m, agg, max_tokens=max_tokens, global_tokens=gt)
+        pm["kl"] = masked_mean(kl_mat.detach(), m)
+    return loss, pm
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 10 ** 6), st.sampled_from([None, 1.5, 3.0]), st.sampled_from([0.0, 0.04]), st.sampled_from(["k1", "k2", "k3"]),
+       st.sampled_from(["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]), st.booleans())
+def test_grpo_loss_dual_clip_is_the_trainers_composition(seed, dual_clip, beta, kl, agg, use_gt):
+    "grpo_loss(dual_clip=c) = the trainer's ppo_policy_loss(dual_clip=c) + beta * agg(kl), loss, gradient and metrics bit for bit."
+    logp, old_logp, ref_logp, rewards, mask = _batch(seed, spread=0.8)
+    adv = group_advantages(rewards, 4)
+    m = mask.bool()
+    gt = float(m.sum()) * 2 if use_gt and agg == "token-mean" else None
+    kw = dict(eps_low=0.2, eps_high=0.28, max_tokens=9)
+    ours, om = grpo_loss(logp, old_logp, ref_logp, adv, m, beta=beta, kl=kl, agg=agg, global_tokens=gt, dual_clip=dual_clip, **kw)
+    theirs, tm = trainer_dual_clip_loss(logp, old_logp, ref_logp, adv, m, kw["eps_low"], kw["eps_high"], dual_clip, beta, kl, agg, 9, gt)
+    assert torch.equal(ours, theirs)
+    g1, = torch.autograd.grad(ours, logp); g2, = torch.autograd.grad(theirs, logp)
+    assert torch.equal(g1, g2)
+    for k in tm: assert torch.equal(torch.as_tensor(om[k]), torch.as_tensor(tm[k])), k
+    if dual_clip is None:   # and None is the plain loss of before
+        plain, _ = grpo_loss(logp, old_logp, ref_logp, adv, m, beta=beta, kl=kl, agg=agg, global_tokens=gt, **kw)
+        assert torch.equal(ours, plain)
+
+def test_grpo_loss_rejects_non_finite_beta():
+    logp, old_logp, ref_logp, rewards, mask = _batch(0)
+    for bad in (math.inf, math.nan, -1.0):
+        with pytest.raises(ValueError, match="`beta` must be >= 0 and finite"): grpo_loss(logp, old_logp, ref_logp, rewards, mask, beta=bad)
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 4), st.sampled_from([2, 4, 8]), st.integers(0, 126), st.integers(0, 10 ** 6), st.sampled_from(["group", "batch"]))
+def test_group_advantages_scale_free_up_to_float32_max(n, G, k, seed, scale):
+    "Rewards times 2^k (with eps times 2^k) give the same advantages bit for bit, up to rewards near float32's maximum."
+    g = torch.Generator().manual_seed(seed)
+    r = torch.randn(n * G, generator=g)
+    big = r * 2.0 ** k
+    if not torch.isfinite(big).all(): return
+    assert torch.equal(group_advantages(big, G, scale=scale, eps=1e-6 * 2.0 ** k), group_advantages(r, G, scale=scale, eps=1e-6))
+    none = group_advantages(big, G, scale="none", eps=0.0) if torch.isfinite(big * 2).all() else None
+    if none is not None: assert torch.equal(none, group_advantages(r, G, scale="none") * 2.0 ** k)
+
+def test_group_advantages_huge_rewards_finite_and_correct():
+    r = torch.tensor([1e38, 3e38, 2e38, 3.3e38, -3.4e38, 3.4e38, 0.0, 1.0])
+    ref = lambda x: ((x - x.mean(-1, keepdim=True)) / x.std(-1, keepdim=True)).view(-1).float()
+    a = group_advantages(r, 4)
+    assert torch.isfinite(a).all()
+    torch.testing.assert_close(a, ref((r.double() / 2.0 ** 100).view(2, 4)), rtol=1e-5, atol=1e-6)
+    f64 = torch.tensor([1e300, -1e300, 3e299, 5e299], dtype=torch.float64)
+    torch.testing.assert_close(group_advantages(f64, 2), torch.tensor([0.7071068, -0.7071068, -0.7071068, 0.7071068]), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="overflows float32"): group_advantages(torch.tensor([3.4e38, -3.4e38, -3.4e38, -3.4e38]), 4, scale="none")
+    pa = process_advantages(r[:, None], torch.zeros(8, 1, dtype=torch.long), torch.ones(8, 1), 4)
+    torch.testing.assert_close(pa[:, 0], a, rtol=1e-5, atol=1e-6)

@@ -1,5 +1,5 @@
 "Tests of the RL lab's tokenizer, model loading, SFT cache, tasks and rollouts (fast: tiny models, a few steps)."
-import json, random
+import json, os, random
 import pytest
 import torch
 from hypothesis import given, settings, strategies as st
@@ -91,9 +91,10 @@ def test_sft_cache_and_determinism(tmp_path):
     assert all(torch.equal(a, b) for a, b in zip(m1.parameters(), m2.parameters()))
     p3 = sft_warm_start(task, cache_dir=tmp_path / "a", **{**kw, "steps": 4})     # other config: other dir
     assert p3 != p1
-    assert not [q for q in (tmp_path / "a").iterdir() if q.name.startswith(".tmp")]
-    with pytest.raises(ValueError, match="`steps`"): sft_warm_start(task, cache_dir=tmp_path, **{**kw, "steps": 0})
-    with pytest.raises(ValueError, match="`target_accuracy`"): sft_warm_start(task, cache_dir=tmp_path, **{**kw, "target_accuracy": 1.5})
+    assert not [q for q in (tmp_path / "a").iterdir() if q.name.endswith((".tmp", ".old"))]
+    with pytest.raises(ValueError, match="SFTConfig.steps must be an int >= 1, got 0"): sft_warm_start(task, cache_dir=tmp_path, **{**kw, "steps": 0})
+    with pytest.raises(ValueError, match="SFTConfig.target_accuracy"): sft_warm_start(task, cache_dir=tmp_path, **{**kw, "target_accuracy": 1.5})
+    with pytest.raises(ValueError, match="SFTConfig.lr must be a finite float > 0, got inf"): sft_warm_start(task, cache_dir=tmp_path, **{**kw, "lr": float("inf")})
 
 
 @given(st.integers(0, 10**6), st.integers(0, 10**6))
@@ -141,3 +142,134 @@ def test_evaluate_keys(tok):
     t = get_task("countdown")
     res = evaluate(m, tok, t, t.dataset(10, split="test"), max_new_tokens=6)
     assert {"accuracy", "parsed_rate", "mean_len", "truncation_rate", "n"} <= set(res) and res["n"] == 10
+
+
+# ---------------------------------------------------------------- the SFT cache: location, code version, kills, damage
+SMALL = dict(model_cfg=dict(hidden_size=32, num_layers=1, heads=2), steps=3, batch_size=8, n_train=40, eval_n=0,
+             target_accuracy=None, progress=False)
+
+def test_sft_cache_default_location_and_code_version(tmp_path, monkeypatch):
+    from rl_notes.checkpoint import code_version, cache_dir
+    from rl_notes.models import SFTConfig, sft_cache_path
+    monkeypatch.setenv("RL_NOTES_CACHE", str(tmp_path / "c"))
+    task = get_task("addition", min_digits=1, max_digits=2)
+    p = sft_warm_start(task, **SMALL)
+    assert p.parent == cache_dir("sft") == tmp_path / "c" / "sft"
+    info = json.loads((p / "sft_config.json").read_text())
+    assert info["config"]["code"] == code_version() and set(info["files"]) >= {"model.safetensors", "config.json"}
+    # another code version is another entry: results of older code are not reused
+    import rl_notes.models as models
+    monkeypatch.setattr(models, "code_version", lambda: "0.0.0+000000000000")
+    cfg = SFTConfig(**{k: v for k, v in SMALL.items() if k != "progress"})
+    assert sft_cache_path(task, cfg) != p
+
+@pytest.mark.parametrize("leftover", [".old", ".tmp"])
+def test_sft_cache_kill_between_renames(tmp_path, leftover):
+    task = get_task("addition", min_digits=1, max_digits=2)
+    p = sft_warm_start(task, cache_dir=tmp_path, **SMALL)
+    mtime = (p / "model.safetensors").stat().st_mtime_ns
+    os.replace(p, p.with_name(p.name + leftover))                   # the swap's first rename happened, the second did not
+    with pytest.warns(UserWarning, match="recovered"): assert sft_warm_start(task, cache_dir=tmp_path, **SMALL) == p
+    assert (p / "model.safetensors").stat().st_mtime_ns == mtime     # recovered, not retrained
+
+def test_sft_cache_kill_inside_commit(tmp_path, monkeypatch):
+    "A retrain over a damaged entry killed between the two os.replace calls of the swap: the next call recovers."
+    import rl_notes.models as models
+    task = get_task("addition", min_digits=1, max_digits=2)
+    p = sft_warm_start(task, cache_dir=tmp_path, **SMALL)
+    good = (p / "model.safetensors").read_bytes()
+    (p / "model.safetensors").write_bytes(good[:-8] + os.urandom(8))   # damaged: not trusted, trained again
+    real, calls = os.replace, []
+    def replace(a, b):
+        if calls: raise KeyboardInterrupt("killed")
+        calls.append(a); real(a, b)
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(KeyboardInterrupt): sft_warm_start(task, cache_dir=tmp_path, **SMALL)
+    monkeypatch.undo()
+    assert not p.exists()
+    trained = []
+    monkeypatch.setattr(models, "sft_train", lambda *a, **k: trained.append(1))
+    with pytest.warns(UserWarning, match="recovered"): assert sft_warm_start(task, cache_dir=tmp_path, **SMALL) == p
+    assert not trained and (p / "model.safetensors").read_bytes() == good
+
+
+# ---------------------------------------------------------------- never run code from a model directory
+def _plant_remote_code(d, saved_dir, model_type, marker):
+    import shutil
+    shutil.copytree(saved_dir, d)
+    c = json.loads((d / "config.json").read_text())
+    c.update(model_type=model_type, auto_map={"AutoConfig": "evil.Cfg", "AutoModelForCausalLM": "evil.Model",
+                                             "AutoModelForSequenceClassification": "evil.Model"})
+    (d / "config.json").write_text(json.dumps(c))
+    t = json.loads((d / "tokenizer_config.json").read_text()); t["auto_map"] = {"AutoTokenizer": ["evil.Tok", None]}
+    (d / "tokenizer_config.json").write_text(json.dumps(t))
+    (d / "evil.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n"
+                               "from transformers import LlamaConfig as Cfg, LlamaForCausalLM as Model, PreTrainedTokenizerFast as Tok\n")
+
+def _plant_pickle(d, saved_dir, marker):
+    import pickle
+    class Evil:
+        def __reduce__(self): return (exec, (f"open({str(marker)!r}, 'w').write('ran')",))
+    d.mkdir(); (d / "config.json").write_text((saved_dir / "config.json").read_text())
+    (d / "pytorch_model.bin").write_bytes(pickle.dumps({"model.embed_tokens.weight": Evil()}))
+
+def test_remote_code_is_never_run(tmp_path, saved):
+    import subprocess, sys
+    marker = tmp_path / "MARKER"
+    _plant_remote_code(tmp_path / "native", saved[0], "llama", marker)
+    _plant_remote_code(tmp_path / "foreign", saved[0], "evil-llama", marker)
+    m, tok2 = load_model(tmp_path / "native")                            # transformers' own Llama, the .py ignored
+    assert type(m).__name__ == "LlamaForCausalLM" and isinstance(tok2, PreTrainedTokenizerFast)
+    with pytest.raises(ValueError, match="could not load a causal LM .*custom code"): load_model(tmp_path / "foreign")
+    # `echo y | ...`: an answer on stdin changes nothing (no interactive prompt is ever shown)
+    r = subprocess.run([sys.executable, "-c", "import sys\nfrom rl_notes.models import load_model\n"
+                        "try: load_model(sys.argv[1])\nexcept ValueError as e: print('refused:', e)", str(tmp_path / "foreign")],
+                       input="y\ny\n", capture_output=True, text=True, timeout=300)
+    assert "refused: could not load a causal LM" in r.stdout and "[y/N]" not in r.stdout + r.stderr, r.stdout + r.stderr
+    assert not marker.exists()
+
+def test_pickle_weights_are_refused(tmp_path, saved):
+    from rl_notes.models import load_reward_model
+    marker = tmp_path / "MARKER"
+    _plant_pickle(tmp_path / "bin", saved[0], marker)
+    with pytest.raises(ValueError) as e: load_model(tmp_path / "bin")
+    assert str(e.value) == f"model `path` {str(tmp_path / 'bin')!r} has only pickle weights (pytorch_model.bin); rl_notes loads safetensors only"
+    with pytest.raises(ValueError) as e: load_reward_model(str(tmp_path / "bin"))
+    assert "TrainConfig.critic_init" in str(e.value) and "has only pickle weights (pytorch_model.bin)" in str(e.value)
+    assert "\n" not in str(e.value)
+    _plant_remote_code(tmp_path / "rm_foreign", saved[0], "evil-llama", marker)
+    with pytest.raises(ValueError, match="TrainConfig.critic_init .*cannot load a reward model"): load_reward_model(str(tmp_path / "rm_foreign"))
+    assert not marker.exists()
+
+
+# ---------------------------------------------------------------- lab_runs: cache root, code version, lock, resume of a dead run
+def test_lab_runs_cache_and_resume(tmp_path, monkeypatch):
+    import subprocess, sys
+    from rl_notes.lab import lab_runs, lab_key, lab_done, LAB_LOCK
+    from rl_notes.trainer import TrainConfig
+    from rl_notes.checkpoint import cache_dir, code_version, RunLock
+    monkeypatch.setenv("RL_NOTES_CACHE", str(tmp_path / "cache"))
+    micro = str(sft_warm_start("addition", model_cfg=dict(hidden_size=32, num_layers=1, heads=2), steps=20, batch_size=16, eval_n=0,
+                               n_train=200, progress=False, max_digits=2, scratchpad=False, target_accuracy=None))
+    kw = dict(model=micro, algo="grpo", task_kw=dict(max_digits=2, scratchpad=False), steps=3, n_prompts=2, group_size=2,
+              max_new_tokens=3, n_train=50, n_eval=0, save_every=1)
+    cfg = TrainConfig(**kw)
+    (rows,) = lab_runs([cfg], workers=1)
+    out = cache_dir("lab") / lab_key(cfg)
+    assert cfg.out_dir == str(out) and [r["step"] for r in rows if "phase" not in r] == [0, 1, 2, 3]
+    done = json.loads((out / "done.json").read_text())
+    assert done["code"] == code_version() and lab_done(out) and not (out / LAB_LOCK).exists()
+    log_size = (out / "log.txt").stat().st_size
+    assert lab_runs([TrainConfig(**kw)], workers=1) == [rows] and (out / "log.txt").stat().st_size == log_size   # cached: no process ran
+    # a run whose owner died after its step-2 checkpoint: the next lab_runs resumes it and ends with the same rows
+    (out / "done.json").unlink()
+    job = json.loads((out / "job.json").read_text())
+    subprocess.run([sys.executable, "-c", "import json, sys\nfrom rl_notes.trainer import TrainConfig, train\n"
+                    "train(TrainConfig.from_dict({**json.load(open(sys.argv[1]))['cfg'], 'stop_at': 2, 'save_every': 2, 'overwrite': True}))", str(out / "job.json")],
+                   check=True, capture_output=True)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"]); dead.wait()
+    (out / LAB_LOCK).write_text(json.dumps({"pid": dead.pid, "host": __import__("socket").gethostname(), "time": 0}))   # a stale lock
+    (rows2,) = lab_runs([TrainConfig(**kw)], workers=1)
+    strip = lambda rs: [{k: v for k, v in r.items() if not k.startswith("time")} for r in rs]
+    assert strip(rows2) == strip(rows) and json.loads((out / "done.json").read_text())["resumed"] is True
+    assert job["cfg"]["threads"] == 1

@@ -3,7 +3,8 @@ import math
 import pytest
 import torch
 from hypothesis import given, settings, strategies as st, HealthCheck
-from rl_notes.ppo import gae, gae_reference, ppo_policy_loss, value_loss, explained_variance
+from rl_notes.core import lockstep
+from rl_notes.ppo import gae, gae_reference, ppo_policy_loss, value_loss, explained_variance, terminal_rewards
 
 SET = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -122,3 +123,48 @@ def test_value_loss_clip_and_ev():
     l_clip, mt = value_loss(v, old, ret, m, clip=0.2)
     assert torch.allclose(l_plain, l_clip) and float(mt["vf_clipfrac"]) == 0     # V == V_old: clip inactive
     assert float(explained_variance(ret, ret, m)) == pytest.approx(1.0)
+
+
+def meter_ev_ref(parts):
+    "The RL trainer's `Meter.add_ev` + `Meter.result`, restated: token-weighted moments pooled over every minibatch of every process."
+    s = {k: 0.0 for k in ("d", "d2", "y", "y2")}; w = 0.0
+    for values, returns, mask in parts:
+        m = mask.bool(); n = float(m.sum())
+        d, y = (returns - values).double()[m], returns.double()[m]
+        for k, x in (("d", d), ("d2", d * d), ("y", y), ("y2", y * y)): s[k] += float(x.mean()) * n if n else 0.0
+        w += n
+    if w == 0: return None
+    mo = {k: v / w for k, v in s.items()}
+    var_y = mo["y2"] - mo["y"] ** 2
+    return 1 - (mo["d2"] - mo["d"] ** 2) / var_y if var_y > 1e-12 else None
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 3), st.integers(1, 3), st.integers(1, 4), st.integers(1, 8), st.floats(0.0, 0.8), st.integers(0, 2 ** 31 - 1))
+def test_explained_variance_reduce_equals_union_and_trainer_meter(W, n_mb, b, T, p_masked, seed):
+    "W processes x n_mb minibatches: explained_variance(reduce=) of the union = the trainer's pooled moments (to float precision)."
+    g = torch.Generator().manual_seed(seed)
+    rows = [[(torch.randn(b, T, generator=g), torch.randn(b, T, generator=g) * 2 + 1, torch.rand(b, T, generator=g) >= p_masked)
+             for _ in range(n_mb)] for _ in range(W)]
+    cat = lambda k, rs: torch.cat([r[k] for r in rs])
+    evs = lockstep([lambda red, rs=rs: explained_variance(cat(0, rs), cat(1, rs), cat(2, rs), reduce=red) for rs in rows])
+    flat = [r for rs in rows for r in rs]
+    whole = explained_variance(cat(0, flat), cat(1, flat), cat(2, flat))
+    ref = meter_ev_ref(flat)
+    for e in evs:
+        if whole.isnan(): assert e.isnan()
+        else: assert torch.allclose(e, whole, atol=1e-5)
+        if ref is not None and not whole.isnan(): assert abs(float(e) - ref) <= 1e-4 * max(1.0, abs(ref))
+
+def test_gae_block_and_chunk_are_checked():
+    r, v, m = torch.randn(2, 40), torch.randn(2, 40), torch.rand(2, 40) > 0.3
+    for bad in (0, 1, -4, 2.0, True):
+        with pytest.raises(ValueError, match="`block` must be an int >= 2"): gae(r, v, m, block=bad)
+    with pytest.raises(ValueError, match="`chunk_elems` must be an int >= 1"): gae(r, v, m, chunk_elems=0)
+    for K in (2, 3, 5): assert torch.allclose(gae(r.double(), v.double(), m, block=K)[0], gae_reference(r.double(), v.double(), m)[0], atol=1e-10)
+
+def test_terminal_rewards_shapes():
+    m = torch.tensor([[1, 1, 0], [0, 0, 0]])
+    assert terminal_rewards(torch.tensor([2., 3.]), m).tolist() == [[0, 2, 0], [0, 0, 0]]
+    assert terminal_rewards(torch.tensor([2., 3.]), torch.zeros(2, 0)).shape == (2, 0)
+    with pytest.raises(ValueError, match="`r` must be \\(B,\\) = \\(2,\\)"): terminal_rewards(torch.ones(3), m)
+    with pytest.raises(ValueError, match="`mask` must be \\(B, T\\)"): terminal_rewards(torch.ones(2), m[0])

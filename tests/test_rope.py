@@ -186,6 +186,11 @@ def test_rope_embedding_is_parameter_free():
        seed=st.integers(0, 2**16))
 def test_t5_bucket_matches_transformers(bidirectional, nb, md, seed):
     rel = torch.randint(-5000, 5000, (2000,), generator=torch.Generator().manual_seed(seed))
+    exact = (nb // 2 if bidirectional else nb) // 2
+    if md <= exact:   # transformers returns negative "buckets" (a NaN/inf cast to long) here; we refuse
+        with pytest.raises(ValueError, match="`max_distance` must exceed the exact range"): t5_relative_bucket(rel, bidirectional, nb, md)
+        assert (T5Attention._relative_position_bucket(rel, bidirectional, nb, md) < 0).any()
+        return
     assert torch.equal(t5_relative_bucket(rel, bidirectional, nb, md), T5Attention._relative_position_bucket(rel, bidirectional, nb, md))
 
 
@@ -215,7 +220,27 @@ def test_t5_bias_constant_beyond_max_distance():
     (lambda: apply_rope(torch.randn(1, 2, 3, 4), None, torch.ones(3, 2), torch.ones(3, 2), offset=1), "beyond the precomputed `cos` cache"),
     (lambda: apply_rope(torch.randn(1, 2, 3, 4), None, torch.ones(3, 2), torch.ones(3, 2), offset=-1), "`offset` must be a non-negative int"),
     (lambda: apply_rope(torch.randn(2, 3, 4), None, torch.ones(3, 2), torch.ones(3, 2)), "`q` must be (B, H, T, D)"),
+    (lambda: apply_rope(torch.ones(1, 2, 3, 4, dtype=torch.long), None, torch.ones(3, 2), torch.ones(3, 2)), "`q` must be a floating-point tensor, got torch.int64"),
+    (lambda: apply_rope(torch.ones(1, 2, 3, 4, dtype=torch.bool), None, torch.ones(3, 2), torch.ones(3, 2)), "`q` must be a floating-point tensor, got torch.bool"),
+    (lambda: apply_rope(torch.randn(1, 2, 3, 4), torch.ones(1, 2, 3, 4, dtype=torch.int32), torch.ones(3, 2), torch.ones(3, 2)), "`k` must be a floating-point tensor, got torch.int32"),
+    (lambda: apply_rope(torch.randn(1, 2, 3, 4), None, torch.ones(3, 2, dtype=torch.long), torch.ones(3, 2)), "`cos` must be a floating-point tensor"),
+    (lambda: rope_cos_sin(-1, rope_inv_freq(8)), "`positions` as an int is a length T >= 0"),
+    (lambda: rope_inv_freq(8, seq_len=2.5), "`seq_len` must be None or an int >= 0"),
+    (lambda: rope_inv_freq(8, scaling={"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 8, "beta_fast": -3}), "`beta_fast` must be a positive"),
 ])
 def test_bad_input(call, msg):
     with pytest.raises(ValueError, match=None) as e: call()
     assert msg in str(e.value), str(e.value)
+
+
+def test_dynamic_rope_dim_2_is_finite_and_unscaled():
+    "dim == 2: one pair, theta_0 = b^0 = 1 at every length; transformers' exponent d/(d-2) divides by zero there."
+    sc = {"rope_type": "dynamic", "factor": 4.0, "original_max_position_embeddings": 8}
+    for L in (None, 4, 8, 9, 100, 10 ** 6):
+        assert torch.equal(rope_inv_freq(2, scaling=sc, seq_len=L).inv_freq, torch.ones(1))
+    with pytest.raises(ZeroDivisionError):   # what transformers does with the same config
+        ROPE_INIT_FUNCTIONS["dynamic"](LlamaConfig(hidden_size=2, num_attention_heads=1, max_position_embeddings=8,
+                                                   rope_scaling={"rope_type": "dynamic", "factor": 4.0}), "cpu", seq_len=100)
+    emb = RopeEmbedding(2, scaling=sc, max_position_embeddings=8)
+    cos, sin = emb(torch.zeros(1, 50, 2), torch.arange(50)[None])
+    assert torch.isfinite(cos).all() and torch.allclose(cos[0, :, 0], torch.arange(50).float().cos(), atol=1e-6)

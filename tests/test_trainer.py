@@ -1,9 +1,12 @@
-"Trainer: exact resume after a kill, clear errors for bad checkpoints, and the small pieces (meters, optimizer/RNG state)."
-import json, math, random, shutil
+"Trainer: exact resume after a kill, clear errors for bad checkpoints and bad values, one run per directory, the divergence guard, the tables."
+import json, math, os, random, shutil
 import numpy as np, pytest, torch
 from hypothesis import given, settings, strategies as st
-from rl_notes.trainer import (TrainConfig, train, get_algo, Meter, CheckpointError, rng_state, set_rng_state,
-                              optim_to_safetensors, optim_from_safetensors, terminal_rewards)
+from rl_notes.trainer import (TrainConfig, Algo, train, get_algo, setup, Meter, TrainingDiverged, PRESETS, ADVANTAGE_ESTIMATORS,
+                              POLICY_LOSSES, RUN_CONTROL)
+from rl_notes.checkpoint import (CheckpointError, ConfigError, MetricsLog, RunLock, read_state, rng_state, set_rng_state,
+                                 optim_to_safetensors, optim_from_safetensors)
+from rl_notes.ppo import terminal_rewards
 
 @pytest.fixture(scope="module")
 def micro(tmp_path_factory):
@@ -18,9 +21,9 @@ def small(micro, **kw):
                      n_train=500, n_eval=8, eval_every=2, save_every=2, progress=False, threads=1), **kw)
 
 def strip(rows): return [{k: v for k, v in r.items() if not k.startswith("time")} for r in rows]
+GRPO_SOFT = get_algo("grpo", soft_overlong=True, cache_len=2)
 
-@pytest.mark.parametrize("algo", [get_algo("dapo", overlong_cache=2), get_algo("grpo", soft_overlong=True, overlong_cache=2),
-                                  get_algo("ppo")])
+@pytest.mark.parametrize("algo", [get_algo("dapo", cache_len=2), GRPO_SOFT, get_algo("ppo")])
 def test_resume_is_exact(micro, tmp_path, algo):
     kw = small(micro, algo=algo, **({"ppo_epochs": 2, "n_minibatches": 2} if algo.uses_critic else {}))
     full = train(TrainConfig(out_dir=str(tmp_path / "full"), **kw))
@@ -32,15 +35,27 @@ def test_resume_is_exact(micro, tmp_path, algo):
     assert strip(on_disk) == strip(full)
     assert any(r.get("grad_norm", 0) > 0 for r in full)     # the run actually trained
 
+def test_resume_after_a_kill_in_the_middle_of_writing(micro, tmp_path):
+    "A kill between the checkpoint swap's two renames (no ckpt/, a complete ckpt.old/), and a half-written last metrics line."
+    kw = small(micro, algo=GRPO_SOFT)
+    full = train(TrainConfig(out_dir=str(tmp_path / "full"), **kw))
+    out = tmp_path / "cut"
+    train(TrainConfig(out_dir=str(out), stop_at=3, **kw))
+    os.rename(out / "ckpt", out / "ckpt.old")
+    with open(out / "metrics.jsonl", "a") as f: f.write('{"step": 4, "loss"')
+    with pytest.warns(UserWarning):
+        resumed = train(TrainConfig(out_dir=str(out), resume=True, **kw))
+    assert strip(resumed) == strip(full) == strip(MetricsLog(out / "metrics.jsonl").read())
+
 def test_bad_checkpoints(micro, tmp_path):
-    kw = small(micro, algo=get_algo("grpo", soft_overlong=True, overlong_cache=2), steps=2)
+    kw = small(micro, algo=GRPO_SOFT, steps=2)
     out = tmp_path / "run"
     train(TrainConfig(out_dir=str(out), **kw))
     ck = out / "ckpt"
     with pytest.raises(CheckpointError, match="different configuration: group_size"):
         train(TrainConfig(out_dir=str(out), resume=True, **{**kw, "group_size": 2}))
     with pytest.raises(CheckpointError, match="different configuration: algo"):
-        train(TrainConfig(out_dir=str(out), resume=True, **{**kw, "algo": "dapo"}))
+        train(TrainConfig(out_dir=str(out), resume=True, **{**kw, "algo": get_algo("dapo", cache_len=2)}))
     good = (ck / "policy.safetensors").read_bytes()
     (ck / "policy.safetensors").write_bytes(good[: len(good) // 2])                 # truncated
     with pytest.raises(CheckpointError, match="cannot read policy"):
@@ -53,23 +68,105 @@ def test_bad_checkpoints(micro, tmp_path):
     with pytest.raises(CheckpointError, match="not a version-1"):
         train(TrainConfig(out_dir=str(out), resume=True, **kw))
     shutil.rmtree(ck)
-    with pytest.raises(CheckpointError, match="refusing to restart silently"):
+    with pytest.raises(CheckpointError, match="refusing to restart silently") as e:
         train(TrainConfig(out_dir=str(out), resume=True, **kw))
+    assert "delete" not in str(e.value)                  # never advises deleting a directory that may hold checkpoints
 
 def test_weights_of_another_model(micro, tmp_path):
-    "A policy file of another architecture under an otherwise valid checkpoint."
+    "A policy file of another architecture under an otherwise valid checkpoint (its checksum recorded anew)."
     from safetensors.torch import save_file
-    kw = small(micro, algo=get_algo("grpo", soft_overlong=True, overlong_cache=2), steps=2)
+    from rl_notes.checkpoint import file_sha256
+    kw = small(micro, algo=GRPO_SOFT, steps=2)
     out = tmp_path / "run"; train(TrainConfig(out_dir=str(out), **kw))
     save_file({"lm_head.weight": torch.zeros(3, 3)}, str(out / "ckpt" / "policy.safetensors"))
+    st = json.loads((out / "ckpt" / "state.json").read_text())
+    st["files"]["policy.safetensors"] = file_sha256(out / "ckpt" / "policy.safetensors")
+    (out / "ckpt" / "state.json").write_text(json.dumps(st))
     with pytest.raises(CheckpointError, match="policy"):
         train(TrainConfig(out_dir=str(out), resume=True, **kw))
+
+def test_one_run_per_directory(micro, tmp_path):
+    kw = small(micro, algo=GRPO_SOFT, steps=2)
+    out = tmp_path / "run"
+    first = train(TrainConfig(out_dir=str(out), **kw))
+    with pytest.raises(CheckpointError, match="holds a previous run"):          # a fresh run never silently replaces one
+        train(TrainConfig(out_dir=str(out), **kw))
+    with RunLock(out):                                                            # another live process holds the directory
+        with pytest.raises(CheckpointError, match="is in use"):
+            train(TrainConfig(out_dir=str(out), resume=True, **{**kw, "steps": 3}))
+    assert strip(MetricsLog(out / "metrics.jsonl").read()) == strip(first)      # untouched by the refused runs
+    again = train(TrainConfig(out_dir=str(out), overwrite=True, **{**kw, "steps": 1}))
+    assert [r["step"] for r in MetricsLog(out / "metrics.jsonl").read()] == [r["step"] for r in again] == [0, 1]
+    assert not (out / ".lock").exists()                                           # released at the end of the run
+
+def test_nan_loss_stops_before_the_update(micro, tmp_path, monkeypatch):
+    real, calls = POLICY_LOSSES["clip"], [0]
+    def nan_on_third_call(algo, *args, **kw):
+        calls[0] += 1; loss, m = real(algo, *args, **kw)
+        return (loss * float("nan") if calls[0] == 3 else loss), m
+    monkeypatch.setitem(POLICY_LOSSES, "clip", nan_on_third_call)
+    out = tmp_path / "nan"
+    with pytest.raises(TrainingDiverged, match=r"step 3: the policy loss is nan.*\(step 2\), is kept"):
+        train(TrainConfig(out_dir=str(out), **small(micro, algo=GRPO_SOFT, steps=4)))
+    assert read_state(out / "ckpt")["step"] == 2                                  # no checkpoint with NaN weights
+    assert [r["step"] for r in MetricsLog(out / "metrics.jsonl").read()] == [0, 1, 2]
+
+def test_huge_lr_is_a_clear_error(micro, tmp_path):
+    with pytest.raises(TrainingDiverged, match="training diverged at step 2"):
+        train(TrainConfig(out_dir=str(tmp_path / "div"), **small(micro, algo=GRPO_SOFT, lr=1e30, steps=3)))
+
+def test_a_new_estimator_is_one_entry(micro, tmp_path, monkeypatch):
+    "RLOO's leave-one-out baseline, registered in the table, trains through the same loop."
+    def adv_rloo(algo, batch, reduce=None):
+        r = batch.score.view(-1, batch.group_size)
+        return (r - (r.sum(-1, keepdim=True) - r) / (batch.group_size - 1)).view(-1), None
+    monkeypatch.setitem(ADVANTAGE_ESTIMATORS, "rloo", adv_rloo)
+    rows = train(TrainConfig(out_dir=str(tmp_path / "rloo"), **small(micro, algo=get_algo("grpo", adv="rloo", soft_overlong=True, cache_len=2), steps=2)))
+    assert [r["step"] for r in rows] == [0, 1, 2] and all(math.isfinite(r["loss"]) for r in rows[1:])
 
 def test_config_errors(micro):
     with pytest.raises(ValueError, match="unknown algo"): TrainConfig(algo="nope")
     with pytest.raises(ValueError, match="group_size must be >= 2"): train(TrainConfig(**small(micro, algo="grpo", group_size=1)))
     with pytest.raises(FileNotFoundError, match="is not a directory"): train(TrainConfig(**small(micro, model="/no/such/dir")))
     with pytest.raises(ValueError, match="unknown task"): train(TrainConfig(**small(micro, task="sorting")))
+
+@pytest.mark.parametrize("kw,msg", [
+    (dict(warmup_steps=-5), "TrainConfig.warmup_steps must be an int >= 0, got -5"),
+    (dict(eval_every=-1), "TrainConfig.eval_every must be an int >= 0, got -1"),
+    (dict(save_every=-1), "TrainConfig.save_every must be an int >= 0, got -1"),
+    (dict(threads=-3), "TrainConfig.threads must be an int >= 1 or None, got -3"),
+    (dict(lr=float("inf")), "TrainConfig.lr must be a finite float >= 0, got inf"),
+    (dict(temperature=0), "TrainConfig.temperature must be a finite float > 0, got 0"),
+    (dict(n_prompts=True), "TrainConfig.n_prompts must be an int >= 1, got True"),
+    (dict(task_kw=[1]), "TrainConfig.task_kw must be a dict"),
+    (dict(algo=Algo(), stop_at=-1), "TrainConfig.stop_at must be an int >= 0 or None, got -1"),
+])
+def test_every_field_is_type_checked(kw, msg):
+    with pytest.raises(ConfigError) as e: TrainConfig(**kw)
+    assert msg in str(e.value)
+
+@pytest.mark.parametrize("kw,msg", [
+    (dict(dynamic_sampling="maybe"), "Algo.dynamic_sampling must be a bool, got 'maybe'"),
+    (dict(eps_high="0.3x"), "Algo.eps_high must be a finite float >= 0, got '0.3x'"),
+    (dict(beta=-0.1), "Algo.beta must be a finite float >= 0, got -0.1"),
+    (dict(dual_clip=1.0), "Algo.dual_clip must be a finite float > 1 or None, got 1.0"),
+    (dict(lam_critic=1.5), "Algo.lam_critic must be a finite float >= 0 and <= 1, got 1.5"),
+    (dict(kl="k4"), "Algo.kl must be one of 'k1', 'k2', 'k3', got 'k4'"),
+    (dict(loss="gspo"), "Algo.loss must be one of 'clip', got 'gspo'"),
+])
+def test_every_algo_field_is_type_checked(kw, msg):
+    with pytest.raises(ConfigError) as e: get_algo("grpo", **kw)
+    assert msg in str(e.value)
+
+def test_out_dir_that_is_a_file(tmp_path):
+    f = tmp_path / "f"; f.write_text("x")
+    for p in (f, f / "sub"):
+        with pytest.raises(ConfigError, match="TrainConfig.out_dir must be a directory path"): TrainConfig(out_dir=str(p))
+
+def test_run_control_fields_exist():
+    fields = set(TrainConfig.__dataclass_fields__)
+    assert set(RUN_CONTROL) <= fields and "overwrite" in RUN_CONTROL
+    assert set().union(*PRESETS.values()) <= set(Algo.__dataclass_fields__)
 
 @settings(max_examples=50, deadline=None)
 @given(st.lists(st.tuples(st.floats(-1e3, 1e3), st.integers(0, 50)), min_size=1, max_size=20))

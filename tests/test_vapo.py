@@ -6,6 +6,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
+from rl_notes.core import agg_loss
 from rl_notes.ppo import gae_reference
 from rl_notes.vapo import decoupled_gae, length_adaptive_lambda, positive_lm_loss, value_pretrain
 
@@ -65,3 +66,37 @@ def test_value_pretrain_fits_constant_returns():
                          max_steps=500, loss_threshold=0.3 * 0.7 * 1.05, ev_threshold=None, window=20)
     assert out["converged"] and out["steps"] < 500
     assert torch.allclose(w.detach(), torch.full((6,), 0.3), atol=0.08)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 7), st.integers(1, 3), st.floats(0.0, 1.0), st.integers(0, 10 ** 6))
+def test_positive_lm_loss_is_the_trainers_term(B, T, W, p_pos, seed):
+    "mu * NLL with global_tokens = the trainer's lm_coef * agg_loss(-logp, pos, 'token-mean', global_tokens=n_pos), bit for bit;"
+    "W processes' losses add up to the loss of the whole batch."
+    g = torch.Generator().manual_seed(seed)
+    logp = (-torch.rand(W * B, T, generator=g) * 3).requires_grad_()
+    mask = torch.rand(W * B, T, generator=g) > 0.3
+    correct = torch.rand(W * B, generator=g) < p_pos
+    pos = mask & correct[:, None]
+    n_pos = float(pos.sum())
+    total = 0.0
+    for w in range(W):
+        rows = slice(w * B, (w + 1) * B)
+        ours, met = positive_lm_loss(logp[rows], mask[rows], correct[rows], mu=0.1, global_tokens=n_pos)
+        if n_pos > 0:   # the trainer adds the term only when some process has a positive token
+            lm = agg_loss(-logp[rows], pos[rows], "token-mean", global_tokens=n_pos)
+            assert torch.equal(ours, 0.1 * lm) and torch.equal(met["nll"], lm.detach())
+        else:
+            assert ours.item() == 0.0
+        total = total + ours
+    whole, _ = positive_lm_loss(logp, mask, correct, mu=0.1)
+    torch.testing.assert_close(total, whole, rtol=1e-5, atol=1e-7)
+    total.backward()
+    assert (logp.grad[~pos] == 0).all() and torch.isfinite(logp.grad).all()
+
+def test_positive_lm_loss_bad_global_tokens():
+    logp, mask = torch.zeros(2, 3), torch.ones(2, 3)
+    with pytest.raises(ValueError, match="`global_tokens` is 0 but this process has 3 positive"): positive_lm_loss(logp, mask, torch.tensor([True, False]), global_tokens=0)
+    for bad in (-1.0, math.inf, math.nan):
+        with pytest.raises(ValueError, match="`global_tokens` must be a finite count >= 0"): positive_lm_loss(logp, mask, torch.tensor([True, False]), global_tokens=bad)
+    assert positive_lm_loss(logp, mask, torch.tensor([False, False]), global_tokens=0)[0].item() == 0.0
