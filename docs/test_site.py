@@ -61,13 +61,21 @@ def browser():
         o.add_argument(f)
     o.set_capability('goog:loggingPrefs', {'browser': 'ALL', 'performance': 'ALL'})
     d = webdriver.Chrome(options=o, service=Service(DRIVER))
-    d.set_page_load_timeout(60); d.set_script_timeout(60)
+    d.set_page_load_timeout(90); d.set_script_timeout(90)
     return d
 
 # ---------------------------------------------------------------- in-page checks
 PAGE_JS = r"""
 const done = arguments[arguments.length - 1];
-const settle = (window.MathJax && MathJax.startup && MathJax.startup.promise) ? MathJax.startup.promise : Promise.resolve();
+// On a loaded machine MathJax may not have started when this runs: wait (bounded) for the page to finish loading,
+// for MathJax's start-up promise, then for every math element to be typeset; the checks below report what is left.
+const waitFor = (cond, ms) => new Promise(res => { const t0 = Date.now();
+  const tick = () => (cond() || Date.now() - t0 > ms) ? res() : setTimeout(tick, 50); tick(); });
+const hasMath = () => document.querySelector('.math') !== null;
+const mjReady = () => window.MathJax && MathJax.startup && MathJax.startup.promise;
+const settle = waitFor(() => document.readyState === 'complete' && (!hasMath() || mjReady()), 30000)
+  .then(() => mjReady() ? MathJax.startup.promise : null)
+  .then(() => waitFor(() => [...document.querySelectorAll('.math')].every(e => e.querySelector('mjx-container')), 20000));
 settle.then(() => {
   const skip = new Set(['SCRIPT', 'STYLE', 'PRE', 'CODE', 'TEXTAREA', 'MJX-CONTAINER', 'KBD', 'SAMP']);
   const raw = [];

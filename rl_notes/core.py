@@ -175,6 +175,7 @@ def _bad_rows(bad:torch.Tensor, valid:torch.Tensor, start:int, dead:torch.Tensor
     if (bad & valid).any(): _raise_bad_rows(bad & valid, start, "a non-finite value")
     dead[start:start + bad.shape[0]] = bad
 
+# %% ../nbs/00_core.ipynb #a3890519
 class _LogpEntropy(torch.autograd.Function):
     "Chunked log p(label) and entropy with a recomputing backward (see the markdown above)."
     @staticmethod
@@ -248,6 +249,7 @@ class _LogpEntropy(torch.autograd.Function):
             grad[s:s+n] = p
         return grad.view(logits.shape), None, None, None, None, None
 
+# %% ../nbs/00_core.ipynb #4dde891d
 def _check_logits(logits, labels, chunk_size, temperature, ignore_index):
     if not isinstance(logits, torch.Tensor) or logits.dim() < 2:
         raise ValueError(f"`logits` must be a tensor (..., V), got {getattr(logits, 'shape', type(logits))}")

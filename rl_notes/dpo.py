@@ -60,6 +60,7 @@ def _pair_metrics(chosen_rewards, rejected_rewards, chosen_logps, rejected_logps
             "rewards/accuracies": (cr > rr).float().mean(), "rewards/margins": (cr - rr).mean(),
             "logps/chosen": chosen_logps.detach().mean(), "logps/rejected": rejected_logps.detach().mean()}
 
+# %% ../nbs/06_dpo.ipynb #27c86070
 def dpo_loss(chosen_logps:torch.Tensor,  # log pi_theta(y_w|x) (B,), e.g. from `sequence_logps`
              rejected_logps:torch.Tensor,  # log pi_theta(y_l|x) (B,)
              ref_chosen_logps:torch.Tensor,  # log pi_ref(y_w|x) (B,), no gradient needed

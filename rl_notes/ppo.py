@@ -227,6 +227,7 @@ def _ev_reduced(values, returns, m, reduce):
     if ssy == 0: return torch.tensor(float('nan'))
     return (1 - ssd / ssy).float()
 
+# %% ../nbs/02_ppo.ipynb #779526bb
 def value_loss(values:torch.Tensor,  # V_phi(s_t) of the critic being trained (B, T)
                old_values:torch.Tensor|None,  # V at rollout time (B, T); needed only when `clip` is set
                returns:torch.Tensor,  # targets V_target = A + V_old (B, T)

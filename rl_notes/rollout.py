@@ -84,6 +84,7 @@ def _sample(logits, temperature, top_p, generator):
         probs = torch.zeros_like(probs).scatter_(-1, order, p_sorted)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
 
+# %% ../nbs/12_rollout.ipynb #efc028b5
 @torch.no_grad()
 def generate(model,  # a causal LM (e.g. `tiny_llama` or `load_model`)
              tokenizer,  # its tokenizer (left padding is forced)

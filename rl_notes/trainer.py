@@ -186,6 +186,7 @@ def _dir_path(p:str) -> str|None:
         if a.exists(): return None if a.is_dir() else f"must be a directory path, but {str(a)!r} is a file"
     return None
 
+# %% ../nbs/14_trainer.ipynb #c0bcfedc
 @dataclass
 class TrainConfig:
     "Everything one RL run needs; `algo` is a preset name or an `Algo`."
