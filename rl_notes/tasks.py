@@ -30,7 +30,7 @@ class Task:
     test_frac = 0.1  # share of the prompt space held out for evaluation
 
     def config(self) -> dict:
-        "The keyword arguments that rebuild this task with `get_task` (used for cache keys and run logs)."
+        "The keyword arguments that rebuild the task with `get_task` (used for cache keys and run logs)."
         return {"name": self.name, **{k: v for k, v in vars(self).items() if not k.startswith("_")}}
 
     def _sample(self, rng:random.Random) -> dict: raise NotImplementedError
@@ -93,7 +93,7 @@ class Task:
         return (torch.tensor([o[0] for o in out], dtype=torch.float32), torch.tensor([o[1] for o in out], dtype=torch.bool))
 
     def max_response_chars(self) -> int:
-        "Length of the longest demonstration this task can produce (characters, EOS not counted)."
+        "Length of the longest demonstration the task can produce (characters, EOS not counted)."
         raise NotImplementedError
 
     def __repr__(self):
