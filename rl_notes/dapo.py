@@ -17,7 +17,7 @@ __all__ = ['FILL_MODES', 'max_prob_after_clip', 'filter_groups', 'dynamic_sample
 def max_prob_after_clip(p_old:torch.Tensor,  # old probabilities of a token, in [0, 1]
                         eps_high:float=0.28,  # upper clip: ratio <= 1 + eps_high
                        ) -> torch.Tensor:
-    "Largest probability a token can reach in one clipped update, min(1, p_old * (1 + eps_high))."
+    "Probability at which a token's own clipped gradient stops, min(1, p_old * (1 + eps_high)); an optimizer step can overshoot it."
     p_old = torch.as_tensor(p_old, dtype=torch.float64)
     if not ((p_old >= 0) & (p_old <= 1)).all():                     # NaN fails too
         raise ValueError(f"`p_old` must lie in [0, 1], got min {p_old.min().item()}, max {p_old.max().item()}")

@@ -128,7 +128,7 @@ def position_bias(adv:torch.Tensor,  # (B, T) advantages, e.g. GAE with the crit
                   mask:torch.Tensor,  # (B, T) response mask
                   min_count:int=1,  # leave out positions reached by fewer responses
                  ) -> dict:  # pos, mean, count (kept positions), corr, drift, abs_mean
-    "VAPO's fig. 2 diagnostic: mean advantage per response position, its correlation with position and its fitted drift."
+    "Position-bias diagnostic (VC-PPO, arXiv 2503.01491): mean advantage per response position, its correlation with position and its fitted drift."
     check_shapes(adv, "adv", mask=mask)
     if adv.dim() != 2: raise ValueError(f"`adv` must be (B, T), got {tuple(adv.shape)}")
     if not (isinstance(min_count, int) and min_count >= 1): raise ValueError(f"`min_count` must be an int >= 1, got {min_count!r}")
