@@ -4,7 +4,7 @@
 
 # %% ../nbs/14_trainer.ipynb #7bfa91ff
 from __future__ import annotations
-import os, json, math, time, copy, random, hashlib, dataclasses, contextlib
+import os, math, time, copy, random, hashlib, dataclasses, contextlib
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 from typing import Literal
@@ -20,7 +20,7 @@ from .tasks import get_task
 from .models import load_model, load_reward_model, _quiet_hf
 from .rollout import Rollout, NonFiniteLogits, generate, response_logprobs, evaluate
 from .checkpoint import (CheckpointError, validate_config, MetricsLog, RunLock, prepare_run_dir, recover_dir,
-                                 save_checkpoint, load_checkpoint)
+                                 save_checkpoint, load_checkpoint, write_json_atomic)
 
 # %% auto #0
 __all__ = ['PRESETS', 'ADVANTAGE_ESTIMATORS', 'CRITIC_ESTIMATORS', 'POLICY_LOSSES', 'RUN_CONTROL', 'Algo', 'get_algo', 'Batch',
@@ -394,7 +394,7 @@ def _open_dir(run:Run):
         if run.start > 0 and not any(r.get("step") == run.start for r in rows):
             raise CheckpointError(f"{run.log.path} lacks the rows up to step {run.start} that the checkpoint has")
     if run.main:
-        with open(os.path.join(cfg.out_dir, "config.json"), "w") as f: json.dump(cfg.to_dict(), f, indent=1)
+        write_json_atomic(os.path.join(cfg.out_dir, "config.json"), cfg.to_dict())   # atomic, like the metrics
         run.log.rewrite(rows)                                          # atomic: a kill leaves the old file or the new one
     run.rows = rows
     run.acc.wait_for_everyone()
