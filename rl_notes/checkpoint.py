@@ -4,18 +4,18 @@
 
 # %% ../nbs/13_checkpoint.ipynb #3e6f7b33
 from __future__ import annotations
-import os, re, json, math, time, types, random, shutil, socket, typing, hashlib, warnings, functools, dataclasses, importlib.util
+import os, re, ast, json, math, time, types, random, shutil, socket, typing, hashlib, warnings, functools, dataclasses, importlib.util
 from pathlib import Path
 import numpy as np
 import torch
 from safetensors.torch import save_file, load_file, save_model, load_model as st_load_model
 
 # %% auto #0
-__all__ = ['CKPT_VERSION', 'RUN_MARKERS', 'ConfigError', 'validate_config', 'cache_dir', 'code_version', 'CheckpointError',
-           'MetricsLog', 'RunLock', 'prepare_run_dir', 'file_sha256', 'seal_dir', 'write_json_atomic', 'read_json',
-           'bad_files', 'verify_dir', 'complete_dir', 'recover_dir', 'begin_dir', 'commit_dir', 'rng_state',
-           'set_rng_state', 'optim_to_safetensors', 'optim_from_safetensors', 'read_state', 'save_checkpoint',
-           'load_checkpoint']
+__all__ = ['CKPT_VERSION', 'RUN_MARKERS', 'ConfigError', 'validate_config', 'cache_dir', 'import_closure', 'code_version',
+           'CheckpointError', 'MetricsLog', 'RunLock', 'prepare_run_dir', 'file_sha256', 'seal_dir',
+           'write_json_atomic', 'read_json', 'bad_files', 'verify_dir', 'complete_dir', 'recover_dir', 'begin_dir',
+           'commit_dir', 'rng_state', 'set_rng_state', 'optim_to_safetensors', 'optim_from_safetensors', 'read_state',
+           'save_checkpoint', 'load_checkpoint']
 
 # %% ../nbs/13_checkpoint.ipynb #4b04b03e
 class ConfigError(ValueError):
@@ -125,14 +125,34 @@ def _package_dir() -> Path:
     "The directory of the installed rl_notes package (found, not imported)."
     return Path(importlib.util.find_spec("rl_notes").origin).resolve().parent
 
+def _local_imports(f:Path) -> set[str]:
+    "Names of the package's modules that module file `f` imports (`from .x import ...`, `from . import x`), at any depth."
+    out = set()
+    for node in ast.walk(ast.parse(f.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            out |= {node.module.split(".")[0]} if node.module else {a.name for a in node.names}
+    return out
+
+def import_closure(*roots:str) -> list[str]:
+    "The package modules `roots` need: themselves and every module they import from the package, transitively (sorted)."
+    pkg, seen, todo = _package_dir(), set(), list(roots)
+    while todo:
+        m = todo.pop()
+        if m in seen: continue
+        if not (pkg / f"{m}.py").is_file(): raise ValueError(f"`roots`: no module {m!r} in {pkg}")
+        seen.add(m); todo += sorted(_local_imports(pkg / f"{m}.py") - seen)
+    return sorted(seen)
+
 @functools.lru_cache(maxsize=None)
-def code_version() -> str:
+def code_version(*roots:str,  # module names, e.g. "lab": hash only their import closure; none: every module
+                ) -> str:
     "Package version + short sha256 of the modules that decide what an experiment computes (cached per process)."
     pkg = _package_dir()
     m = re.search(r"__version__\s*=\s*['\"]([^'\"]+)", (pkg / "__init__.py").read_text())
+    names = {f"{n}.py" for n in import_closure(*roots)} if roots else None
     h = hashlib.sha256()
     for f in sorted(pkg.glob("*.py")):
-        if f.name in _NOT_HASHED: continue
+        if f.name in _NOT_HASHED or (names is not None and f.name not in names): continue
         h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
     return f"{m.group(1) if m else '0'}+{h.hexdigest()[:12]}"
 

@@ -11,7 +11,7 @@ from .checkpoint import (CheckpointError, MetricsLog, RunLock, prepare_run_dir, 
                                  cache_dir, code_version)
 
 # %% auto #0
-__all__ = ['LAB_LOCK', 'LAB_BUSY', 'lab_key', 'lab_done', 'lab_job', 'lab_runs']
+__all__ = ['LAB_LOCK', 'LAB_BUSY', 'lab_key', 'lab_done', 'lab_job', 'lab_runs', 'lab_policy', 'lab_eval']
 
 # %% ../nbs/17_lab.ipynb #7beb11b5
 LAB_LOCK = ".lab.lock"  # the lock `lab_job` holds on a run directory while it works there
@@ -22,11 +22,11 @@ def lab_key(cfg:TrainConfig) -> str:
     d = cfg.to_dict()
     # `critic_init` only when set, so adding that field did not change the key of runs without it
     ident = {k: v for k, v in d.items() if k not in RUN_CONTROL and not (k == "critic_init" and v is None)}
-    return hashlib.sha256(json.dumps([ident, {"code": code_version()}], sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return hashlib.sha256(json.dumps([ident, {"code": code_version("lab")}], sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 def lab_done(out:Path) -> bool:
     "Has the run in `out` finished with the current code?"
-    try: return read_json(Path(out) / "done.json").get("code") == code_version()
+    try: return read_json(Path(out) / "done.json").get("code") == code_version("lab")
     except CheckpointError: return False
 
 def _lab_prepare(cfg:TrainConfig, root:Path, force:bool) -> Path:
@@ -54,7 +54,7 @@ def lab_job(path:str,  # a job.json written by `lab_runs`: {"cfg": TrainConfig d
         t0 = time.time()
         rows = train(TrainConfig.from_dict({**job["cfg"], "resume": resume}))
         write_json_atomic(out / "done.json", {"wall_s": round(time.time() - t0, 1), "steps": rows[-1]["step"], "resumed": resume,
-                                              "threads": job["cfg"]["threads"], "code": code_version()})
+                                              "threads": job["cfg"]["threads"], "code": code_version("lab")})
         return 0
     finally: lock.release()
 
@@ -85,3 +85,41 @@ def lab_runs(cfgs:list,  # configs (`rl_notes.trainer.TrainConfig`); their out_d
             if p.returncode == 0: todo.remove(o)
             elif p.returncode != LAB_BUSY: raise RuntimeError(f"lab run {o} failed (exit {p.returncode}); see {o / 'log.txt'}")
     return [MetricsLog(o / "metrics.jsonl").read() for o in jobs]
+
+# %% ../nbs/17_lab.ipynb #2fe2b1a3
+def lab_policy(cfg:TrainConfig,  # a config whose run `lab_runs` has finished (its out_dir set by `lab_runs`)
+              ):
+    "`(model, tokenizer)`: the final policy of a finished lab run (or the starting checkpoint when the run took 0 steps)."
+    from safetensors.torch import load_model as st_load_model
+    from rl_notes.models import load_model
+    out = Path(cfg.out_dir)
+    if not lab_done(out): raise ValueError(f"`cfg`: no finished lab run in {str(out)!r} (run it with `lab_runs` first)")
+    model, tok = load_model(cfg.model)
+    if cfg.steps: st_load_model(model, str(out / "ckpt" / "policy.safetensors"))
+    return model, tok
+
+def lab_eval(cfg:TrainConfig,  # a finished lab run
+             n:int=200,  # held-out prompts (test split of the run's task)
+             k:int=8,  # samples per prompt
+             data_seed:int=0,  # seed of the prompt draw (the same for every run compared)
+             seed:int=0,  # sampling seed (the same for every run compared)
+             max_new_tokens:int|None=None,  # default: the run's budget
+             temperature:float|None=None,  # default: the run's temperature
+            ) -> dict:
+    "`rl_notes.rollout.sample_eval` of a run's final policy on held-out prompts; cached in the run directory."
+    from rl_notes.rollout import sample_eval
+    from rl_notes.tasks import get_task
+    args = dict(n=n, k=k, data_seed=data_seed, seed=seed, max_new_tokens=max_new_tokens or cfg.max_new_tokens,
+                temperature=temperature or cfg.temperature)
+    f = Path(cfg.out_dir) / f"eval-{hashlib.sha256(json.dumps(args, sort_keys=True).encode()).hexdigest()[:12]}.json"
+    if f.is_file():
+        got = read_json(f, "evaluation")
+        if got.get("args") == args and got.get("code") == code_version("lab"): return got["result"]
+    model, tok = lab_policy(cfg)
+    task = get_task(cfg.task, **cfg.task_kw)
+    rows = task.dataset(n, seed=data_seed, split="test").to_list()
+    t0 = time.time()
+    res = sample_eval(model, tok, task, rows, k=k, max_new_tokens=args["max_new_tokens"], temperature=args["temperature"], seed=seed)
+    res["seconds"] = round(time.time() - t0, 2)
+    write_json_atomic(f, {"args": args, "code": code_version("lab"), "result": res})
+    return res

@@ -126,7 +126,7 @@ def load_reward_model(path:str,  # directory of a sequence-classification checkp
     return rm
 
 # %% ../nbs/11_models.ipynb #9c84b034
-SFT_VERSION = 2  # bump when sft_warm_start changes what it computes (the cache key also carries `code_version()`)
+SFT_VERSION = 2  # bump when sft_warm_start changes what it computes (the cache key also carries `code_version("models")`)
 
 @dataclass
 class SFTConfig:
@@ -150,7 +150,7 @@ class SFTConfig:
 def sft_config(task:Task, cfg:SFTConfig) -> dict:
     "The full, JSON-able configuration of an SFT run (what the cache key hashes), including the code version."
     d = asdict(cfg); d["model"] = dict(sorted((d.pop("model_cfg") or {}).items()))
-    return {"version": SFT_VERSION, "code": code_version(), "task": task.config(), **d}
+    return {"version": SFT_VERSION, "code": code_version("models"), "task": task.config(), **d}
 
 def sft_cache_path(task:Task, cfg:SFTConfig, root:str|Path|None=None) -> Path:
     "The cache directory of this SFT run: root (default `cache_dir('sft')`) / sft-<task>-<hash of `sft_config`>."

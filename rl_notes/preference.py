@@ -200,10 +200,10 @@ def _dpo_loop(policy, ref, pairs:list, cfg:DPOConfig, eval_fn, out:Path|None) ->
         if step % cfg.eval_every == 0 or step == cfg.steps: row.update(evaluate_row())
         record(row)
         if ck and (step % cfg.save_every == 0 or step == cfg.steps):
-            save_checkpoint(ck, step, run_cfg, None, policy, opt, extra={"wall_s": t_prev + time.time() - t0, "code": code_version()},
+            save_checkpoint(ck, step, run_cfg, None, policy, opt, extra={"wall_s": t_prev + time.time() - t0, "code": code_version("preference")},
                             tensors={"ref_logps": {"chosen": ref_c, "rejected": ref_r}})
     if out and (start < cfg.steps or not (out / "done.json").exists()):
-        write_json_atomic(out / "done.json", {"steps": cfg.steps, "wall_s": round(t_prev + time.time() - t0, 2), "code": code_version()})
+        write_json_atomic(out / "done.json", {"steps": cfg.steps, "wall_s": round(t_prev + time.time() - t0, 2), "code": code_version("preference")})
     policy.eval()
     return hist
 

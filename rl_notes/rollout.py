@@ -11,7 +11,8 @@ from transformers import DynamicCache, StaticCache
 from .core import logprobs_from_logits, logprobs_and_entropy
 
 # %% auto #0
-__all__ = ['Rollout', 'position_ids_from_mask', 'NonFiniteLogits', 'generate', 'response_logprobs', 'cat_rollouts', 'evaluate']
+__all__ = ['Rollout', 'position_ids_from_mask', 'NonFiniteLogits', 'generate', 'response_logprobs', 'cat_rollouts', 'evaluate',
+           'pass_at_k', 'first_token_entropy', 'sample_eval']
 
 # %% ../nbs/12_rollout.ipynb #94389dd2
 @dataclass
@@ -243,3 +244,79 @@ def evaluate(model,  # causal LM
         keys = [r[by] for r in rows]
         res[f"accuracy_by_{by}"] = {k: rew[[i for i, x in enumerate(keys) if x == k]].mean().item() for k in sorted(set(keys))}
     return res
+
+# %% ../nbs/12_rollout.ipynb #c04ae6fe
+def pass_at_k(n:int,  # samples drawn for the prompt
+              c:int,  # of them correct
+              k:int,  # the k of pass@k, 1 <= k <= n
+             ) -> float:
+    "Unbiased estimate of pass@k from n samples with c correct: 1 - C(n-c, k) / C(n, k)."
+    if not (isinstance(n, int) and isinstance(c, int) and isinstance(k, int) and 0 <= c <= n and 1 <= k <= n):
+        raise ValueError(f"need integers 0 <= `c` <= `n` and 1 <= `k` <= `n`, got n={n!r}, c={c!r}, k={k!r}")
+    if n - c < k: return 1.0
+    # $1 - \prod_{i=n-c+1}^{n} (1 - k/i)$, the ratio of binomials without overflow
+    p = 1.0
+    for i in range(n - c + 1, n + 1): p *= 1.0 - k / i
+    return 1.0 - p
+
+# %% ../nbs/12_rollout.ipynb #1895a68f
+@torch.no_grad()
+def first_token_entropy(model,  # causal LM
+                        tokenizer,  # its tokenizer (left padding is forced)
+                        prompts:list[str],  # prompt strings
+                        temperature:float=1.0,  # logits are divided by it, as when sampling
+                       ) -> torch.Tensor:  # (n_prompts,) entropy in nats of the first response token
+    "Entropy of the policy's distribution over the first response token, per prompt."
+    if not temperature > 0: raise ValueError(f"`temperature` must be > 0, got {temperature!r}")
+    dev = next(model.parameters()).device
+    side, tokenizer.padding_side = tokenizer.padding_side, "left"
+    try: enc = tokenizer(list(prompts), padding=True, return_tensors="pt")
+    finally: tokenizer.padding_side = side
+    att = enc["attention_mask"].to(dev)
+    logits = model(input_ids=enc["input_ids"].to(dev), attention_mask=att, position_ids=position_ids_from_mask(att)).logits[:, -1].float()
+    logp = torch.log_softmax(logits / temperature, -1)                       # (n, V)
+    # $H = -\sum_v \pi(v) \log \pi(v)$
+    return -(logp.exp() * logp).sum(-1)
+
+@torch.no_grad()
+def sample_eval(model,  # causal LM
+                tokenizer,  # its tokenizer
+                task,  # an `rl_notes.tasks.Task`
+                dataset,  # rows with at least `prompt` (a datasets.Dataset or list of dicts)
+                k:int=8,  # samples per prompt
+                max_new_tokens:int|None=None,  # default: the task's longest demonstration + EOS
+                temperature:float=1.0,  # sampling temperature
+                seed:int=0,  # sampling seed (the same seed gives two policies the same random numbers)
+                batch_size:int=64,  # prompts per generation call
+               ) -> dict:
+    "Greedy accuracy and k samples per prompt: pass@1, pass@k, distinct correct answers, first-token entropy, lengths of right and wrong."
+    rows = [dataset[i] for i in range(len(dataset))]
+    if not rows: raise ValueError("`dataset` is empty")
+    if not (isinstance(k, int) and k >= 1): raise ValueError(f"`k` must be an int >= 1, got {k!r}")
+    if max_new_tokens is None: max_new_tokens = task.max_response_chars() + 1
+    was_training = model.training
+    model.eval()
+    greedy, correct, distinct, ent, lr_, lw_, trunc = [], [], [], [], [], [], []
+    try:
+        for s in range(0, len(rows), batch_size):
+            chunk = rows[s:s + batch_size]
+            prompts = [r["prompt"] for r in chunk]
+            greedy.append(task.rewards(chunk, generate(model, tokenizer, prompts, 1, max_new_tokens, greedy=True).response_text)[0])
+            ro = generate(model, tokenizer, prompts, k, max_new_tokens, temperature=temperature, seed=seed + s)
+            r, _ = task.rewards(chunk, ro.response_text, k)                  # (n*k,)
+            ok = r >= 1.0
+            L = ro.lengths.float()
+            correct.append(ok.view(-1, k)); trunc.append(ro.truncated.float())
+            lr_.append(L[ok]); lw_.append(L[~ok])
+            distinct += [len({t for t, o in zip(ro.response_text[i * k:(i + 1) * k], ok[i * k:(i + 1) * k]) if o}) for i in range(len(chunk))]
+            ent.append(first_token_entropy(model, tokenizer, prompts, temperature))
+    finally:
+        model.train(was_training)
+    correct = torch.cat(correct)                                             # (n, k)
+    c = correct.sum(-1).tolist()
+    lr_, lw_ = torch.cat(lr_), torch.cat(lw_)
+    return {"greedy_acc": torch.cat(greedy).mean().item(), "pass1": correct.float().mean().item(),
+            f"pass{k}": sum(pass_at_k(k, int(ci), k) for ci in c) / len(c), "distinct_correct": sum(distinct) / len(distinct),
+            "first_token_entropy": torch.cat(ent).mean().item(), "len_right": lr_.mean().item() if len(lr_) else float("nan"),
+            "len_wrong": lw_.mean().item() if len(lw_) else float("nan"), "trunc_rate": torch.cat(trunc).mean().item(),
+            "mixed": sum(0 < ci < k for ci in c) / len(c), "n": len(rows), "k": k}

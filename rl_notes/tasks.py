@@ -18,8 +18,11 @@ def _in_test(prompt:str,  # prompt text
              test_frac:float,  # fraction of the prompt space reserved for evaluation
             ) -> bool:
     "True when `prompt` belongs to the held-out split; decided by a stable hash of the text (not Python's `hash`)."
-    h = int.from_bytes(hashlib.blake2b(prompt.encode(), digest_size=8).digest(), "big")
-    return h / 2**64 < test_frac
+    return _unit(prompt) < test_frac
+
+def _unit(text:str) -> float:
+    "A number in [0, 1) fixed by `text`: a stable hash (blake2b), the same in every process."
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big") / 2**64
 
 # %% ../nbs/10_tasks.ipynb #22791a45
 SPLITS = ("train", "test", None)
@@ -112,6 +115,7 @@ class Addition(Task):
                  max_digits:int=4,  # most digits of an operand
                  scratchpad:bool=True,  # write column sums and carries before the answer
                  scratchpad_share:float=1.0,  # share of prompts whose demonstration uses the scratchpad; the rest show the bare sum (response length is then the policy's choice)
+                 checks:int=0,  # most `=` of a content-free tail `(==...=)` after the answer; each demonstration draws 0..checks (0: no tail)
                 ):
         if not (_is_int(min_digits) and _is_int(max_digits) and 1 <= min_digits <= max_digits <= 18):
             raise ValueError(f"need integers 1 <= `min_digits` <= `max_digits` <= 18, got min_digits={min_digits!r}, "
@@ -122,10 +126,13 @@ class Addition(Task):
         if scratchpad_share < 1 and not scratchpad: raise ValueError("`scratchpad_share` < 1 needs scratchpad=True (it mixes the two forms)")
         self.min_digits, self.max_digits, self.scratchpad = min_digits, max_digits, scratchpad
         self.scratchpad_share = float(scratchpad_share)
+        if not (_is_int(checks) and 0 <= checks <= 200): raise ValueError(f"`checks` must be an int in [0, 200], got {checks!r}")
+        self.checks = checks
 
     def config(self) -> dict:
         c = super().config()
         if c["scratchpad_share"] == 1.0: del c["scratchpad_share"]   # the default: configs (and cache keys) stay as before the option
+        if c["checks"] == 0: del c["checks"]
         return c
 
     def _operand(self, rng):
@@ -137,7 +144,16 @@ class Addition(Task):
         return {"prompt": f"{a}+{b}=", "answer": str(a + b), "a": a, "b": b, "n_digits": max(len(str(a)), len(str(b)))}
 
     def demonstration(self, example:dict) -> str:
-        "The SFT target: the column-by-column scratchpad (if enabled), then `:` and the sum."
+        "The SFT target: the column-by-column scratchpad (if enabled), then `:` and the sum, then the tail (if `checks`)."
+        return self._body(example) + self._tail(example)
+
+    def _tail(self, example:dict) -> str:
+        "`(` + k `=` + `)` with k uniform in 0..checks, fixed by a stable hash of the prompt; k = 0: no tail."
+        a, b = int(example["a"]), int(example["b"])
+        k = int(_unit("checks/" + example.get("prompt", f"{a}+{b}=")) * (self.checks + 1))
+        return "(" + "=" * k + ")" if k else ""
+
+    def _body(self, example:dict) -> str:
         a, b = int(example["a"]), int(example["b"])
         if not self.scratchpad: return str(a + b)
         # mixed demonstrations: a stable hash of the prompt picks the form (not Python's `hash`)
@@ -157,14 +173,16 @@ class Addition(Task):
         return super()._as_example(x)
 
     def _verify(self, example, response):
+        if self.checks and re.search(r"\(=+\)$", response): response = response[:response.rindex("(")]   # a closed tail is ignored
         ans = response.rsplit(":", 1)[-1] if self.scratchpad else response
         if not re.fullmatch(r"\d+", ans): return 0.0, False
         return float(int(ans) == int(example["answer"])), True
 
     def max_response_chars(self):
-        if not self.scratchpad: return self.max_digits + 1
+        tail = self.checks + 2 if self.checks else 0
+        if not self.scratchpad: return self.max_digits + 1 + tail
         # per column at most "9+9+1=19" (8 chars) plus a comma; then ":" and max_digits+1 answer digits
-        return 9 * self.max_digits - 1 + 1 + self.max_digits + 1
+        return 9 * self.max_digits - 1 + 1 + self.max_digits + 1 + tail
 
 # %% ../nbs/10_tasks.ipynb #e7b9ae11
 def parse_expression(s:str  # e.g. "(3+5)*7"

@@ -11,7 +11,7 @@ from typing import Literal
 import numpy as np
 import torch
 from tqdm.auto import tqdm
-from .core import AGG_MODES, KL_KINDS, masked_mean, masked_whiten
+from .core import AGG_MODES, KL_KINDS, agg_loss, masked_mean, masked_whiten
 from .ppo import value_loss, explained_variance, terminal_rewards, value_model_from_policy, value_model_from_reward_model
 from .grpo import group_advantages, grpo_loss
 from .dapo import dynamic_sample, overlong_filter_mask, soft_overlong_punishment
@@ -24,9 +24,9 @@ from .checkpoint import (CheckpointError, validate_config, MetricsLog, RunLock, 
 
 # %% auto #0
 __all__ = ['PRESETS', 'ADVANTAGE_ESTIMATORS', 'CRITIC_ESTIMATORS', 'POLICY_LOSSES', 'RUN_CONTROL', 'Algo', 'get_algo', 'Batch',
-           'make_batch', 'adv_group', 'adv_group_mean', 'adv_gae', 'loss_clip', 'TrainConfig', 'Meter', 'heldout_eval',
-           'TrainingDiverged', 'seed_everything', 'Run', 'setup', 'collect', 'advantages', 'update', 'heldout',
-           'eval_due', 'log_row', 'checkpoint', 'value_pretrain', 'train']
+           'make_batch', 'adv_group', 'adv_group_mean', 'adv_gae', 'adv_correct', 'loss_clip', 'loss_nll',
+           'TrainConfig', 'Meter', 'heldout_eval', 'TrainingDiverged', 'seed_everything', 'Run', 'setup', 'collect',
+           'advantages', 'update', 'heldout', 'eval_due', 'log_row', 'checkpoint', 'value_pretrain', 'train']
 
 # %% ../nbs/14_trainer.ipynb #2efb1170
 def _f(default, **rules):
@@ -91,6 +91,8 @@ PRESETS = {
     # positive-example LM loss 0.1
     "vapo": dict(adv="gae", agg="token-mean", eps_high=0.28, lam_critic=1.0, lam_actor="adaptive", alpha=0.05,
                  value_pretrain_steps=20, mu=0.1),
+    # rejection-sampling fine-tuning (RFT, Yuan et al. 2023): NLL on the policy's own correct samples; a control for RL
+    "rft": dict(adv="correct", loss="nll", agg="token-mean"),
 }
 
 def get_algo(name:str|Algo,  # a preset name (`PRESETS`) or an `Algo`, returned as is (with overrides)
@@ -156,8 +158,12 @@ def adv_gae(algo:Algo, batch:Batch,
         adv = masked_whiten(adv, batch.mask, reduce=reduce)
     return adv, returns
 
+def adv_correct(algo:Algo, batch:Batch, reduce=None):
+    "Rejection-sampling fine-tuning: weight 1 on each correct response (reward >= 1), 0 on the rest; (B,), no value targets."
+    return batch.correct.to(batch.score.dtype), None
+
 # name -> fn(algo, batch, reduce) -> (advantages (B,) or (B, T), value targets (B, T) or None); a new estimator is one entry
-ADVANTAGE_ESTIMATORS = {"group": adv_group, "group-mean-only": adv_group_mean, "gae": adv_gae}
+ADVANTAGE_ESTIMATORS = {"group": adv_group, "group-mean-only": adv_group_mean, "gae": adv_gae, "correct": adv_correct}
 CRITIC_ESTIMATORS = ("gae",)  # the estimators that read `batch.values` (the run builds a critic for them)
 
 def loss_clip(algo:Algo,
@@ -173,8 +179,19 @@ def loss_clip(algo:Algo,
     return grpo_loss(logp, old_logp, ref_logp, adv, mask, eps_low=algo.eps_low, eps_high=algo.eps_high, beta=algo.beta, kl=algo.kl,
                      agg=algo.agg, max_tokens=max_tokens, global_tokens=global_tokens, dual_clip=algo.dual_clip)
 
+def loss_nll(algo:Algo, logp, old_logp, ref_logp, adv, mask, max_tokens:int, global_tokens:float|None) -> tuple[torch.Tensor, dict]:
+    "Weighted NLL, no ratio and no clip: with `adv_correct` weights, supervised fine-tuning on the policy's own correct samples."
+    w = adv if adv.dim() == 2 else adv[:, None].expand(mask.shape)            # (b, T)
+    # $\mathcal{L} = -\operatorname{agg}(w_{i}\, \log\pi_\theta(o_{i,t}))$
+    loss = agg_loss(-w * logp, mask, algo.agg, max_tokens=max_tokens, global_tokens=global_tokens)
+    with torch.no_grad():
+        log_ratio = logp - old_logp
+        m = {"clipfrac": 0.0, "clipfrac_low": 0.0, "clipfrac_high": 0.0, "approx_kl": masked_mean(0.5 * log_ratio ** 2, mask),
+             "ratio_mean": masked_mean(log_ratio.exp(), mask)}
+    return loss, m
+
 # name -> fn(algo, logp, old_logp, ref_logp, adv, mask, max_tokens, global_tokens) -> (loss, metrics); a new loss is one entry
-POLICY_LOSSES = {"clip": loss_clip}
+POLICY_LOSSES = {"clip": loss_clip, "nll": loss_nll}
 
 # %% ../nbs/14_trainer.ipynb #abe3bf9a
 # fields that may change between a run and its resumption (they do not change what is computed)
@@ -407,6 +424,9 @@ def _rollout_metrics(run:Run, first:dict, keep:torch.Tensor, mt:Meter):
     n = float(len(L)) * (1.0 if run.cfg.shard_rollouts or run.rank == 0 else 0.0)   # replicated batch: count it once
     mt.add("reward", reward.mean(), n); mt.add("score", score.mean(), n); mt.add("acc", (reward >= 1.0).float().mean(), n)
     mt.add("parsed", parsed.float().mean(), n); mt.add("resp_len", L.mean(), n)
+    ok = reward >= 1.0                                                       # lengths of right and of wrong responses
+    mt.add("len_right", L[ok].mean() if ok.any() else 0.0, n * float(ok.float().mean()))
+    mt.add("len_wrong", L[~ok].mean() if (~ok).any() else 0.0, n * float((~ok).float().mean()))
     mt.add("trunc_rate", ro.truncated.float().mean(), n); mt.max("resp_len_max", L.max())
     mt.add("kept_frac", keep.float().mean(), n / run.cfg.group_size)
 

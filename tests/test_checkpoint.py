@@ -88,6 +88,19 @@ def test_code_version_hashes_the_lab_modules(tmp_path):
     (pkg / "cli.py").write_text((pkg / "cli.py").read_text() + "\n# comment\n"); assert version_of() == v0
     (pkg / "ppo.py").write_text((pkg / "ppo.py").read_text() + "\n# comment\n"); assert version_of() != v0
 
+def test_code_version_of_an_import_closure(tmp_path):
+    import rl_notes
+    pkg = tmp_path / "rl_notes"; pkg.mkdir()
+    for f in Path(rl_notes.__file__).parent.glob("*.py"): (pkg / f.name).write_bytes(f.read_bytes())
+    def versions(): return subprocess.run([sys.executable, "-c", "import rl_notes.checkpoint as c; print(c.code_version('lab'), c.code_version('models'))"],
+                                          cwd=tmp_path, capture_output=True, text=True, check=True).stdout.split()
+    lab0, sft0 = versions()
+    (pkg / "newmod.py").write_text("x = 1\n"); assert versions() == [lab0, sft0]           # a module nothing imports: no change
+    (pkg / "trainer.py").write_text((pkg / "trainer.py").read_text() + "\n# comment\n")
+    lab1, sft1 = versions(); assert lab1 != lab0 and sft1 == sft0                         # the trainer is in the lab's closure, not SFT's
+    (pkg / "rollout.py").write_text((pkg / "rollout.py").read_text() + "\n# comment\n")
+    lab2, sft2 = versions(); assert lab2 != lab1 and sft2 != sft1                         # the sampler is in both
+
 
 # ---------------------------------------------------------------- MetricsLog
 def test_metrics_log_round_trip_and_partial_line(tmp_path):

@@ -156,7 +156,7 @@ def test_sft_cache_default_location_and_code_version(tmp_path, monkeypatch):
     p = sft_warm_start(task, **SMALL)
     assert p.parent == cache_dir("sft") == tmp_path / "c" / "sft"
     info = json.loads((p / "sft_config.json").read_text())
-    assert info["config"]["code"] == code_version() and set(info["files"]) >= {"model.safetensors", "config.json"}
+    assert info["config"]["code"] == code_version("models") and set(info["files"]) >= {"model.safetensors", "config.json"}
     # another code version is another entry: results of older code are not reused
     import rl_notes.models as models
     monkeypatch.setattr(models, "code_version", lambda: "0.0.0+000000000000")
@@ -258,7 +258,7 @@ def test_lab_runs_cache_and_resume(tmp_path, monkeypatch):
     out = cache_dir("lab") / lab_key(cfg)
     assert cfg.out_dir == str(out) and [r["step"] for r in rows if "phase" not in r] == [0, 1, 2, 3]
     done = json.loads((out / "done.json").read_text())
-    assert done["code"] == code_version() and lab_done(out) and not (out / LAB_LOCK).exists()
+    assert done["code"] == code_version("lab") and lab_done(out) and not (out / LAB_LOCK).exists()
     log_size = (out / "log.txt").stat().st_size
     assert lab_runs([TrainConfig(**kw)], workers=1) == [rows] and (out / "log.txt").stat().st_size == log_size   # cached: no process ran
     # a run whose owner died after its step-2 checkpoint: the next lab_runs resumes it and ends with the same rows
