@@ -6,7 +6,11 @@
 from __future__ import annotations
 import json, sys, time, hashlib, subprocess
 from pathlib import Path
+from safetensors.torch import load_model as st_load_model
 from .trainer import TrainConfig, RUN_CONTROL, train
+from .models import load_model
+from .rollout import sample_eval
+from .tasks import get_task
 from .checkpoint import (CheckpointError, MetricsLog, RunLock, prepare_run_dir, recover_dir, read_json, write_json_atomic,
                                  cache_dir, code_version)
 
@@ -90,8 +94,6 @@ def lab_runs(cfgs:list,  # configs (`rl_notes.trainer.TrainConfig`); their out_d
 def lab_policy(cfg:TrainConfig,  # a config whose run `lab_runs` has finished (its out_dir set by `lab_runs`)
               ):
     "`(model, tokenizer)`: the final policy of a finished lab run (or the starting checkpoint when the run took 0 steps)."
-    from safetensors.torch import load_model as st_load_model
-    from rl_notes.models import load_model
     out = Path(cfg.out_dir)
     if not lab_done(out): raise ValueError(f"`cfg`: no finished lab run in {str(out)!r} (run it with `lab_runs` first)")
     model, tok = load_model(cfg.model)
@@ -107,8 +109,6 @@ def lab_eval(cfg:TrainConfig,  # a finished lab run
              temperature:float|None=None,  # default: the run's temperature
             ) -> dict:
     "`rl_notes.rollout.sample_eval` of a run's final policy on held-out prompts; cached in the run directory."
-    from rl_notes.rollout import sample_eval
-    from rl_notes.tasks import get_task
     args = dict(n=n, k=k, data_seed=data_seed, seed=seed, max_new_tokens=max_new_tokens or cfg.max_new_tokens,
                 temperature=temperature or cfg.temperature)
     f = Path(cfg.out_dir) / f"eval-{hashlib.sha256(json.dumps(args, sort_keys=True).encode()).hexdigest()[:12]}.json"

@@ -16,6 +16,8 @@ from .ppo import value_loss, explained_variance, terminal_rewards, value_model_f
 from .grpo import group_advantages, grpo_loss
 from .dapo import dynamic_sample, overlong_filter_mask, soft_overlong_punishment
 from .vapo import decoupled_gae, positive_lm_loss, value_pretrain_loss
+from .family import (rloo_advantages, reinforce_pp_advantages, gspo_loss, cispo_loss, kl_cov_loss, tis_weights,
+                             high_entropy_mask, clip_cov_mask)
 from .tasks import get_task
 from .models import load_model, load_reward_model, _quiet_hf
 from .rollout import Rollout, NonFiniteLogits, generate, response_logprobs, evaluate
@@ -24,9 +26,10 @@ from .checkpoint import (CheckpointError, validate_config, MetricsLog, RunLock, 
 
 # %% auto #0
 __all__ = ['PRESETS', 'ADVANTAGE_ESTIMATORS', 'CRITIC_ESTIMATORS', 'POLICY_LOSSES', 'RUN_CONTROL', 'Algo', 'get_algo', 'Batch',
-           'make_batch', 'adv_group', 'adv_group_mean', 'adv_gae', 'adv_correct', 'loss_clip', 'loss_nll',
-           'TrainConfig', 'Meter', 'heldout_eval', 'TrainingDiverged', 'seed_everything', 'Run', 'setup', 'collect',
-           'advantages', 'update', 'heldout', 'eval_due', 'log_row', 'checkpoint', 'value_pretrain', 'train']
+           'make_batch', 'adv_group', 'adv_group_mean', 'adv_gae', 'adv_correct', 'adv_rloo', 'adv_reinforce_pp',
+           'loss_clip', 'loss_nll', 'loss_gspo', 'loss_cispo', 'loss_kl_cov', 'TrainConfig', 'Meter', 'heldout_eval',
+           'TrainingDiverged', 'seed_everything', 'Run', 'setup', 'collect', 'advantages', 'update', 'heldout',
+           'eval_due', 'log_row', 'checkpoint', 'value_pretrain', 'train']
 
 # %% ../nbs/14_trainer.ipynb #2efb1170
 def _f(default, **rules):
@@ -72,6 +75,16 @@ class Algo:
     value_pretrain_steps: int = _f(0, ge=0)  # VAPO: critic-only steps on the frozen initial policy (lambda=1) before RL
     value_clip: float|None = _f(None, gt=0)  # clip range of the value loss; None: plain MSE
     mu: float = _f(0.0, ge=0)  # VAPO: weight of the NLL loss on correct (reward-1) responses
+    cispo_eps_low: float|None = _f(None, ge=0)  # CISPO: the weight's lower bound 1 - cispo_eps_low; None: none (MiniMax-M1); its upper bound is 1 + eps_high
+    kl_cov_ratio: float = _f(2e-3, ge=0, le=1)  # KL-Cov: share k of the tokens, those of largest covariance, that get the |log r| penalty
+    kl_cov_coef: float = _f(1.0, ge=0)  # KL-Cov: beta, the weight of that penalty
+    clip_cov_ratio: float = _f(0.0, ge=0, le=1)  # Clip-Cov: share r of the tokens whose gradient is detached (0: off; the paper: 2e-4)
+    clip_cov_lb: float = 1.0  # Clip-Cov: candidates have covariance > clip_cov_lb (omega_low)
+    clip_cov_ub: float = 5.0  # Clip-Cov: ... and < clip_cov_ub (omega_high)
+    top_entropy_quantile: float = _f(1.0, gt=0, le=1)  # keep the policy gradient on this top share of tokens by entropy (1: all; "80/20": 0.2)
+    tis: str|None = _f(None, choices=("token_truncate", "token_mask", "sequence_truncate", "sequence_mask"))  # sampler-mismatch correction (TRL's names); None: off
+    tis_c_max: float|None = _f(2.0, gt=0)  # C_max of the correction; None: no upper bound
+    tis_c_min: float|None = _f(None, ge=0)  # C_min of the correction; None: no lower bound
 
     def __post_init__(self): validate_config(self)
     @property
@@ -93,6 +106,16 @@ PRESETS = {
                  value_pretrain_steps=20, mu=0.1),
     # rejection-sampling fine-tuning (RFT, Yuan et al. 2023): NLL on the policy's own correct samples; a control for RL
     "rft": dict(adv="correct", loss="nll", agg="token-mean"),
+    # GSPO (Zheng et al. 2025): one ratio per sequence, clip 3e-4 / 4e-4, mean over sequences, no KL
+    "gspo": dict(adv="group", loss="gspo", agg="seq-mean-token-mean", eps_low=3e-4, eps_high=4e-4),
+    # CISPO (MiniMax-M1, 2025): clipped detached weight, no lower bound, token-level loss; upper bound 5 as in ScaleRL
+    "cispo": dict(adv="group", loss="cispo", agg="token-mean", eps_high=4.0),
+    # RLOO (Ahmadian et al. 2024): leave-one-out baseline, no std division, PPO clip, token-level loss
+    "rloo": dict(adv="rloo", agg="token-mean"),
+    # REINFORCE++-baseline (Hu et al. 2025): group mean, global-batch normalisation, PPO clip, token-level loss
+    "reinforce_pp": dict(adv="reinforce_pp", agg="token-mean"),
+    # KL-Cov (Cui et al. 2025): |log r| on the 0.2% highest-covariance tokens, weight 1
+    "kl_cov": dict(adv="group", loss="kl_cov", agg="token-mean", kl_cov_ratio=2e-3, kl_cov_coef=1.0),
 }
 
 def get_algo(name:str|Algo,  # a preset name (`PRESETS`) or an `Algo`, returned as is (with overrides)
@@ -162,8 +185,17 @@ def adv_correct(algo:Algo, batch:Batch, reduce=None):
     "Rejection-sampling fine-tuning: weight 1 on each correct response (reward >= 1), 0 on the rest; (B,), no value targets."
     return batch.correct.to(batch.score.dtype), None
 
+def adv_rloo(algo:Algo, batch:Batch, reduce=None):
+    "RLOO: each reward minus the mean of the other G-1 rewards of its group; (B,), no value targets."
+    return rloo_advantages(batch.score, batch.group_size), None
+
+def adv_reinforce_pp(algo:Algo, batch:Batch, reduce=None):
+    "REINFORCE++-baseline: each reward minus its group mean, normalised over the global batch (`reduce` sums over processes); (B,)."
+    return reinforce_pp_advantages(batch.score, batch.group_size, reduce=reduce), None
+
 # name -> fn(algo, batch, reduce) -> (advantages (B,) or (B, T), value targets (B, T) or None); a new estimator is one entry
-ADVANTAGE_ESTIMATORS = {"group": adv_group, "group-mean-only": adv_group_mean, "gae": adv_gae, "correct": adv_correct}
+ADVANTAGE_ESTIMATORS = {"group": adv_group, "group-mean-only": adv_group_mean, "gae": adv_gae, "correct": adv_correct,
+                        "rloo": adv_rloo, "reinforce_pp": adv_reinforce_pp}
 CRITIC_ESTIMATORS = ("gae",)  # the estimators that read `batch.values` (the run builds a critic for them)
 
 def loss_clip(algo:Algo,
@@ -190,8 +222,23 @@ def loss_nll(algo:Algo, logp, old_logp, ref_logp, adv, mask, max_tokens:int, glo
              "ratio_mean": masked_mean(log_ratio.exp(), mask)}
     return loss, m
 
+def loss_gspo(algo:Algo, logp, old_logp, ref_logp, adv, mask, max_tokens:int, global_tokens:float|None):
+    "GSPO: one clipped ratio per sequence, the geometric mean of its token ratios (`rl_notes.family.gspo_loss`)."
+    return gspo_loss(logp, old_logp, adv, mask, eps_low=algo.eps_low, eps_high=algo.eps_high, agg=algo.agg,
+                     max_tokens=max_tokens, global_tokens=global_tokens)
+
+def loss_cispo(algo:Algo, logp, old_logp, ref_logp, adv, mask, max_tokens:int, global_tokens:float|None):
+    "CISPO: REINFORCE weighted by the clipped, detached ratio (`rl_notes.family.cispo_loss`); bounds 1 - cispo_eps_low, 1 + eps_high."
+    return cispo_loss(logp, old_logp, adv, mask, eps_high=algo.eps_high, eps_low=algo.cispo_eps_low, agg=algo.agg,
+                      max_tokens=max_tokens, global_tokens=global_tokens)
+
+def loss_kl_cov(algo:Algo, logp, old_logp, ref_logp, adv, mask, max_tokens:int, global_tokens:float|None):
+    "KL-Cov: the unclipped surrogate plus kl_cov_coef |log r| on the kl_cov_ratio tokens of largest covariance (`rl_notes.family.kl_cov_loss`)."
+    return kl_cov_loss(logp, old_logp, adv, mask, kl_ratio=algo.kl_cov_ratio, beta=algo.kl_cov_coef, agg=algo.agg,
+                       max_tokens=max_tokens, global_tokens=global_tokens)
+
 # name -> fn(algo, logp, old_logp, ref_logp, adv, mask, max_tokens, global_tokens) -> (loss, metrics); a new loss is one entry
-POLICY_LOSSES = {"clip": loss_clip, "nll": loss_nll}
+POLICY_LOSSES = {"clip": loss_clip, "nll": loss_nll, "gspo": loss_gspo, "cispo": loss_cispo, "kl_cov": loss_kl_cov}
 
 # %% ../nbs/14_trainer.ipynb #abe3bf9a
 # fields that may change between a run and its resumption (they do not change what is computed)
@@ -539,7 +586,19 @@ def _policy_step(run:Run, step:int, mb:Batch, old_logp, ref_logp, n_tok:float, n
     logp, ent = response_logprobs(run.policy, mb.ro, cfg.temperature, with_entropy=True)          # (b, T), (b, T)
     # token-mean divides by the global token count, and DDP averages gradients over W processes: times W is the global sum
     scale = W if algo.agg == "token-mean" else 1
-    loss, pm = POLICY_LOSSES[algo.loss](algo, logp, logp.detach() if old_logp is None else old_logp, ref_logp, mb.adv, m,
+    old, adv = logp.detach() if old_logp is None else old_logp, mb.adv
+    if algo.tis is not None:   # weight each token's loss by pi_train / pi_sampler; w >= 0 leaves every clip decision unchanged
+        level, mode = algo.tis.split("_")
+        w = tis_weights(old, mb.ro.old_logp, m, level=level, mode=mode, c_max=algo.tis_c_max, c_min=algo.tis_c_min)
+        adv = (adv if adv.dim() == 2 else adv[:, None].expand(m.shape)) * w
+    keep = m.bool()
+    if algo.top_entropy_quantile < 1: keep = keep & high_entropy_mask(ent.detach(), m, algo.top_entropy_quantile)
+    if algo.clip_cov_ratio > 0:
+        keep = keep & clip_cov_mask(logp.detach(), adv, m, clip_ratio=algo.clip_cov_ratio, cov_lb=algo.clip_cov_lb,
+                                    cov_ub=algo.clip_cov_ub, old_logp=old, eps_low=algo.eps_low, eps_high=algo.eps_high)
+    # tokens outside `keep` stay in the loss's denominator and lose their gradient (TRL / verl: the same when beta = 0)
+    lp = logp if algo.top_entropy_quantile >= 1 and algo.clip_cov_ratio <= 0 else torch.where(keep, logp, logp.detach())
+    loss, pm = POLICY_LOSSES[algo.loss](algo, lp, old, ref_logp, adv, m,
                                         max_tokens=cfg.max_new_tokens, global_tokens=max(n_tok, 1.0) if scale == W else None)
     total = loss * scale
     if algo.mu > 0:

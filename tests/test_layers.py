@@ -3,9 +3,9 @@
 | layer | modules | may import |
 |---|---|---|
 | L0 | core, rope | torch, the standard library |
-| L1 | ppo, grpo, dapo, vapo, dpo (in that order) | L0, earlier L1; torch only among third-party packages; no file I/O |
+| L1 | ppo, grpo, dapo, vapo, dpo, family (in that order) | L0, earlier L1; torch only among third-party packages; no file I/O |
 | L2 | tasks, rollout, checkpoint, models (in that order) | L0-L1, earlier L2, transformers, tokenizers, datasets, safetensors, numpy, tqdm |
-| L3 | trainer, preference, control, lab | L0-L2, accelerate, numpy, tqdm, gymnasium, matplotlib; lab may import trainer, nothing else within L3 |
+| L3 | trainer, preference, control, lab | L0-L2, accelerate, numpy, tqdm, gymnasium, matplotlib, safetensors (weight files); lab may import trainer, nothing else within L3 |
 | L4 | cli | anything |
 
 No file I/O in L1 means: none of os, io, json, shutil, pathlib, safetensors is imported, and `open(` is never called.
@@ -23,7 +23,7 @@ SRC = Path(__file__).resolve().parents[1] / PKG
 
 LAYERS = {  # layer -> modules, in the order in which later modules may import earlier ones
     0: ["core", "rope"],
-    1: ["ppo", "grpo", "dapo", "vapo", "dpo"],
+    1: ["ppo", "grpo", "dapo", "vapo", "dpo", "family"],
     2: ["tasks", "rollout", "checkpoint", "models"],
     3: ["trainer", "preference", "control", "lab"],
     4: ["cli"],
@@ -32,7 +32,7 @@ THIRD_PARTY = {  # third-party packages each layer may import (the standard libr
     0: {"torch"},
     1: {"torch"},
     2: {"torch", "transformers", "tokenizers", "datasets", "safetensors", "numpy", "tqdm"},
-    3: {"torch", "accelerate", "numpy", "tqdm", "gymnasium", "matplotlib"},
+    3: {"torch", "accelerate", "numpy", "tqdm", "gymnasium", "matplotlib", "safetensors"},
     4: None,  # anything
 }
 NO_FILE_IO = {1: {"os", "io", "json", "shutil", "pathlib", "safetensors"}}  # modules an L1 module may not import
