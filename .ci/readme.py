@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Write README.md from nbs/index.ipynb (nbdev's readme_nb) without Quarto, which nbdev_readme needs and these
 machines cannot install. Markdown cells are copied; code cells become ```python blocks followed by their text
-output; cells starting with `#| hide` are skipped. `--check` exits 1 if README.md would change."""
+output; cells starting with `#| hide` are skipped. `--check` exits 1 if README.md would change. The marker `<!-- verdicts -->` becomes a table of
+the `VERDICT` lines printed in the outputs of nbs/*.ipynb."""
 import json, sys, pathlib
 root = pathlib.Path(__file__).resolve().parent.parent
 nb = json.loads((root / "nbs" / "index.ipynb").read_text(encoding="utf-8"))
@@ -22,6 +23,19 @@ for c in nb["cells"]:
             elif "data" in o and "text/plain" in o["data"] and "text/markdown" not in o["data"]: text += "".join(o["data"]["text/plain"]) + "\n"
             elif "data" in o and "text/markdown" in o["data"]: out.append("".join(o["data"]["text/markdown"]))
         if text.strip(): out.append("```\n" + text.rstrip("\n") + "\n```")
+# the VERDICT lines that the experiment notebooks print, as a table where index.ipynb has the marker
+MARK = "<!-- verdicts -->"
+rows = []
+for f in sorted((root / "nbs").glob("*.ipynb")):
+    for c in json.loads(f.read_text(encoding="utf-8"))["cells"]:
+        for o in c.get("outputs", []) if c["cell_type"] == "code" else []:
+            for line in "".join(o.get("text", "")).splitlines() if o.get("output_type") == "stream" else []:
+                if line.startswith("VERDICT ") and line.count(" | ") >= 2:
+                    head, effect, cond = line[len("VERDICT "):].split(" | ", 2)
+                    tag, verdict = head.split(": ", 1)
+                    rows.append(f"| {tag} | {verdict} | {effect} | {cond} | `{f.stem}` |")
+table = ("| claim | verdict | effect (± s.e.) | conditions | notebook |\n|---|---|---|---|---|\n" + "\n".join(rows)) if rows else "(no VERDICT lines in the notebooks' outputs)"
+out = [o.replace(MARK, table) for o in out]
 readme = "<!-- generated from nbs/index.ipynb by .ci/readme.py: edit the notebook, not this file -->\n\n" + "\n\n".join(out) + "\n"
 path = root / "README.md"
 if "--check" in sys.argv:

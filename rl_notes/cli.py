@@ -153,7 +153,7 @@ def demo(out:str|Path="runs/demo",  # output directory; its runs are replaced wh
     return text
 
 # %% ../nbs/18_cli.ipynb #dad43ec1
-PRESET_NAMES = ("dapo", "dr_grpo", "grpo", "ppo", "vapo")  # == sorted keys of `rl_notes.trainer.PRESETS` (a test checks), without importing it
+PRESET_NAMES = ("cispo", "dapo", "dr_grpo", "grpo", "gspo", "kl_cov", "ppo", "reinforce_pp", "rft", "rloo", "vapo")  # == sorted keys of `rl_notes.trainer.PRESETS` (a test checks), without importing it
 # `rl_notes train` options that set a `TrainConfig` field of the same name: (name, type, help)
 TRAIN_OPTIONS = (("steps", int, "RL steps"), ("n_prompts", int, "prompts per step, all processes together"),
                  ("group_size", int, "responses per prompt (G)"), ("max_new_tokens", int, "response budget in tokens"),

@@ -113,6 +113,12 @@ def test_quick_demo_sft_train_eval_plot(tmp_path):
     rows = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1, 2]
     assert json.loads((tmp_path / "run" / "config.json").read_text())["algo"]["eps_high"] == 0.3
+    r = run("train", "--algo", "cispo", "--model", model, "--task-arg", "max_digits=2", "--task-arg", "scratchpad=false",   # a family preset
+            "--steps", "1", "--n-prompts", "2", "--group-size", "2", "--max-new-tokens", "4", "--n-eval", "0", "--n-train", "200", "--quiet",
+            "--out", tmp_path / "cispo", "--set", "tis=token_truncate")
+    assert r.returncode == 0, r.stderr[-2000:]
+    cfg = json.loads((tmp_path / "cispo" / "config.json").read_text())["algo"]
+    assert (cfg["loss"], cfg["tis"]) == ("cispo", "token_truncate")
     r = run("eval", "--model", model, "--task-arg", "max_digits=2", "--task-arg", "scratchpad=false", "--n", "8")
     assert r.returncode == 0 and 0 <= json.loads(r.stdout.strip().splitlines()[-1])["accuracy"] <= 1
     r = run("plot", tmp_path / "run", tmp_path / "demo" / "grpo", "--out", tmp_path / "p.png")

@@ -116,13 +116,25 @@ def test_huge_lr_is_a_clear_error(micro, tmp_path):
         train(TrainConfig(out_dir=str(tmp_path / "div"), **small(micro, algo=GRPO_SOFT, lr=1e30, steps=3)))
 
 def test_a_new_estimator_is_one_entry(micro, tmp_path, monkeypatch):
-    "RLOO's leave-one-out baseline, registered in the table, trains through the same loop."
-    def adv_rloo(algo, batch, reduce=None):
+    "A baseline of the group's best reward, registered in the table, trains through the same loop."
+    def adv_vs_best(algo, batch, reduce=None):
         r = batch.score.view(-1, batch.group_size)
-        return (r - (r.sum(-1, keepdim=True) - r) / (batch.group_size - 1)).view(-1), None
-    monkeypatch.setitem(ADVANTAGE_ESTIMATORS, "rloo", adv_rloo)
-    rows = train(TrainConfig(out_dir=str(tmp_path / "rloo"), **small(micro, algo=get_algo("grpo", adv="rloo", soft_overlong=True, cache_len=2), steps=2)))
+        return (r - r.max(-1, keepdim=True).values).view(-1), None
+    monkeypatch.setitem(ADVANTAGE_ESTIMATORS, "vs-best", adv_vs_best)
+    rows = train(TrainConfig(out_dir=str(tmp_path / "vs"), **small(micro, algo=get_algo("grpo", adv="vs-best", soft_overlong=True, cache_len=2), steps=2)))
     assert [r["step"] for r in rows] == [0, 1, 2] and all(math.isfinite(r["loss"]) for r in rows[1:])
+
+FAMILY = [get_algo(n) for n in ("gspo", "cispo", "rloo", "reinforce_pp", "kl_cov", "rft")] + [
+    get_algo("grpo", tis="token_truncate"), get_algo("grpo", tis="sequence_mask", tis_c_min=0.5),
+    get_algo("dapo", cache_len=2, top_entropy_quantile=0.2), get_algo("grpo", clip_cov_ratio=0.05)]
+
+@pytest.mark.parametrize("algo", FAMILY, ids=lambda a: f"{a.name}-{a.tis}-{a.top_entropy_quantile}-{a.clip_cov_ratio}")
+def test_family_presets_and_flags_train(micro, tmp_path, algo):
+    "Every estimator of the family trains through the loop: finite losses, the standard metrics, off-policy minibatches."
+    rows = train(TrainConfig(out_dir=str(tmp_path / "r"), **small(micro, algo=algo, steps=2, n_minibatches=2, ppo_epochs=2)))
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    for r in rows[1:]:
+        assert all(math.isfinite(r[k]) for k in ("loss", "grad_norm", "entropy", "clipfrac_high", "approx_kl"))
 
 def test_config_errors(micro):
     with pytest.raises(ValueError, match="unknown algo"): TrainConfig(algo="nope")
