@@ -159,7 +159,7 @@ def test_sft_cache_default_location_and_code_version(tmp_path, monkeypatch):
     assert info["config"]["code"] == code_version("models") and set(info["files"]) >= {"model.safetensors", "config.json"}
     # another code version is another entry: results of older code are not reused
     import rl_notes.models as models
-    monkeypatch.setattr(models, "code_version", lambda: "0.0.0+000000000000")
+    monkeypatch.setattr(models, "code_version", lambda *roots: "0.0.0+000000000000")
     cfg = SFTConfig(**{k: v for k, v in SMALL.items() if k != "progress"})
     assert sft_cache_path(task, cfg) != p
 
