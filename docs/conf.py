@@ -35,9 +35,14 @@ autodoc_default_options = {'exclude-members': '__init__, __new__'}
 
 def _math(s): return re.sub(r'(?<![\\$])\$([^$\n]+?)\$', r':math:`\1`', s)
 
+def _bars(s):
+    "Escape `|` outside literals and math: in reST `|x|` is a substitution reference (`|log r|` in a docstring means abs)."
+    parts = re.split(r'(``[^`]+``|:math:`[^`]+`)', s)
+    return ''.join(p if i % 2 else p.replace('|', '\\|') for i, p in enumerate(parts))
+
 def _md_inline(s):
-    "docstrings and comments are written in markdown: `code` -> ``code``, $x$ -> :math:`x`."
-    return _math(re.sub(r'(?<!`)`([^`\n]+)`(?!`)', r'``\1``', s))
+    "docstrings and comments are written in markdown: `code` -> ``code``, $x$ -> :math:`x`, a bare | escaped."
+    return _bars(_math(re.sub(r'(?<!`)`([^`\n]+)`(?!`)', r'``\1``', s)))
 
 def _docments(app, what, name, obj, options, lines):
     if what in ('data', 'attribute') and getattr(obj, '__doc__', None) == getattr(type(obj), '__doc__', None):
