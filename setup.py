@@ -24,6 +24,8 @@ assert py_versions[0] == cfg['min_python'], "settings.ini: python_versions must 
 
 requirements = shlex.split(cfg.get('requirements', ''))
 dev_requirements = shlex.split(cfg.get('dev_requirements', ''))
+# settings.ini `extras_NAME = ...` -> the extra NAME (`pip install "rl_notes[NAME]"`)
+extras = {k[len('extras_'):]: shlex.split(v) for k, v in cfg.items() if k.startswith('extras_')}
 doc_url = cfg.get('doc_host', '').rstrip('/') + '/' + cfg.get('doc_baseurl', '').strip('/')
 
 setuptools.setup(
@@ -40,7 +42,7 @@ setuptools.setup(
     package_dir = {'': '.'},  # flat layout: the editable install is a .pth of the repo root (setuptools' finder warns)
     include_package_data = True,
     install_requires = requirements,
-    extras_require={ 'dev': dev_requirements },
+    extras_require={ 'dev': dev_requirements, **extras },
     python_requires  = '>=' + cfg['min_python'],
     long_description = open('README.md', encoding='utf-8').read(),
     long_description_content_type = 'text/markdown',

@@ -169,8 +169,16 @@ def _train_defaults() -> dict:
     d = TrainConfig()
     return {name: getattr(d, name) for name, _, _ in TRAIN_OPTIONS}
 
+def _reward_arg(s:str):
+    "`--reward SPEC` or `SPEC=WEIGHT` -> (spec, weight or None); SPEC is 'module:function' or 'file.py:function'."
+    spec, _, w = s.rpartition("=")
+    if spec:
+        try: return spec, float(w)
+        except ValueError: raise argparse.ArgumentTypeError(f"{s!r}: the weight after '=' must be a number, got {w!r}") from None
+    return s, None
+
 def _task_args(q, model=False):
-    q.add_argument("--task", default="addition", help="task name: addition | countdown (default: addition)")
+    q.add_argument("--task", default="addition", help="task name: addition | countdown | math (default: addition; math needs --task-arg data_files=PATH)")
     q.add_argument("--task-arg", type=_kv, action="append", metavar="KEY=VALUE", help="task option, repeatable, e.g. --task-arg max_digits=3")
     if model: q.add_argument("--model", required=True, metavar="PATH", help="directory of a Hugging Face causal-LM checkpoint with its tokenizer")
 
@@ -182,6 +190,16 @@ def _train_parser(q):
     q.add_argument("--out", default="runs/run", help="run directory: metrics.jsonl, config.json, ckpt/ (default runs/run)")
     for name, typ, hlp in TRAIN_OPTIONS:
         q.add_argument("--" + name.replace("_", "-"), type=typ, default=None, help=f"{hlp} (default %(default)s)")
+    q.add_argument("--dataset", default=None, metavar="PATH", help="prompts from a local dataset with a `prompt` column: a jsonl / json / parquet / csv "
+                   "file or a save_to_disk directory (its test split is held out, else a seeded 10%%); default: the task's prompts")
+    q.add_argument("--reward", type=_reward_arg, action="append", metavar="SPEC[=WEIGHT]",
+                   help="reward function with TRL's signature, 'module:function' or 'file.py:function', optionally =weight; repeatable "
+                   "(default: the task's verifier)")
+    q.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"), help="weights dtype (default float32)")
+    q.add_argument("--gradient-checkpointing", action="store_true", help="recompute activations in the backward pass (less memory)")
+    q.add_argument("--lora-r", type=int, default=None, help="train LoRA adapters of this rank (peft) instead of every weight (default 0: off)")
+    q.add_argument("--lora-alpha", type=float, default=None, help="LoRA alpha (default 32)")
+    q.add_argument("--report-to", default=None, choices=("none", "tensorboard", "trackio"), help="also log to TensorBoard or trackio (default none)")
     q.add_argument("--critic-init", default=None, metavar="PATH", help="start the critic from this reward-model checkpoint (sequence classification, "
                    "one label; algorithms with a critic only; default: the policy's trunk with a fresh head)")
     q.add_argument("--resume", action="store_true", help="continue the run in OUT from OUT/ckpt")
@@ -232,15 +250,21 @@ def _train(a) -> int:
     "`rl_notes train`: the config from the options (unset ones keep `TrainConfig`'s defaults), then `train` under accelerate."
     from rl_notes.trainer import TrainConfig, get_algo, train  # heavy: torch and transformers
     from accelerate import Accelerator  # heavy: loads torch.distributed
+    rewards = a.reward or []                                   # (spec, weight or None); an unweighted function weighs 1
+    extra = {k: getattr(a, k) for k in ("dtype", "lora_r", "lora_alpha", "report_to") if getattr(a, k) is not None}
     cfg = TrainConfig(model=a.model, algo=get_algo(a.algo, **dict(a.algo_set or [])), task=a.task, task_kw=_task_kw(a.task_arg),
                       out_dir=a.out, resume=a.resume, overwrite=a.overwrite, shard_rollouts=not a.no_shard, progress=not a.quiet,
-                      critic_init=a.critic_init, **{k: getattr(a, k) for k, _, _ in TRAIN_OPTIONS if getattr(a, k) is not None})
+                      critic_init=a.critic_init, dataset=a.dataset, reward=[s for s, _ in rewards] or None,
+                      reward_weights=[1.0 if w is None else w for _, w in rewards] if any(w is not None for _, w in rewards) else None,
+                      gradient_checkpointing=a.gradient_checkpointing, **extra,
+                      **{k: getattr(a, k) for k, _, _ in TRAIN_OPTIONS if getattr(a, k) is not None})
     acc = Accelerator()
     rows = train(cfg, acc)
     acc.wait_for_everyone()
     acc.end_training()       # destroys the process group under data parallel: a gloo group left alive can abort the exit
     last = [r for r in rows if r.get("heldout_acc") is not None]
     if last: print(f"held-out accuracy {last[0]['heldout_acc']:.3f} -> {last[-1]['heldout_acc']:.3f}; metrics in {a.out}/metrics.jsonl")
+    else: print(f"{len(rows)} metric rows in {a.out}/metrics.jsonl")
     return 0
 
 def _run(a) -> int:

@@ -18,8 +18,9 @@ from .dapo import dynamic_sample, overlong_filter_mask, soft_overlong_punishment
 from .vapo import decoupled_gae, positive_lm_loss, value_pretrain_loss
 from .family import (rloo_advantages, reinforce_pp_advantages, gspo_loss, cispo_loss, kl_cov_loss, tis_weights,
                              high_entropy_mask, clip_cov_mask)
+from .data import RewardSet, load_dataset_splits, check_prompts, render_prompts, reward_name
 from .tasks import get_task
-from .models import load_model, load_reward_model, _quiet_hf
+from .models import load_model, load_reward_model, apply_lora, enable_gradient_checkpointing, _quiet_hf
 from .rollout import Rollout, NonFiniteLogits, generate, response_logprobs, evaluate
 from .checkpoint import (CheckpointError, validate_config, MetricsLog, RunLock, prepare_run_dir, recover_dir,
                                  save_checkpoint, load_checkpoint, write_json_atomic)
@@ -28,8 +29,8 @@ from .checkpoint import (CheckpointError, validate_config, MetricsLog, RunLock, 
 __all__ = ['PRESETS', 'ADVANTAGE_ESTIMATORS', 'CRITIC_ESTIMATORS', 'POLICY_LOSSES', 'RUN_CONTROL', 'Algo', 'get_algo', 'Batch',
            'make_batch', 'adv_group', 'adv_group_mean', 'adv_gae', 'adv_correct', 'adv_rloo', 'adv_reinforce_pp',
            'loss_clip', 'loss_nll', 'loss_gspo', 'loss_cispo', 'loss_kl_cov', 'TrainConfig', 'Meter', 'heldout_eval',
-           'TrainingDiverged', 'seed_everything', 'Run', 'setup', 'collect', 'advantages', 'update', 'heldout',
-           'eval_due', 'log_row', 'checkpoint', 'value_pretrain', 'train']
+           'TrainingDiverged', 'seed_everything', 'Run', 'setup', 'collect', 'advantages', 'update', 'Reporter',
+           'heldout', 'eval_due', 'log_row', 'checkpoint', 'value_pretrain', 'train']
 
 # %% ../nbs/14_trainer.ipynb #2efb1170
 def _f(default, **rules):
@@ -244,6 +245,13 @@ POLICY_LOSSES = {"clip": loss_clip, "nll": loss_nll, "gspo": loss_gspo, "cispo":
 # fields that may change between a run and its resumption (they do not change what is computed)
 RUN_CONTROL = ("steps", "resume", "overwrite", "stop_at", "save_every", "progress", "out_dir", "threads")
 
+def _reward_specs(v) -> str|None:
+    "A `check` for `TrainConfig.reward`: None, or a non-empty list of 'module:function' strings or callables."
+    if v is None: return None
+    if not v or not all((isinstance(r, str) and ":" in r) or callable(r) for r in v):
+        return "must be None or a non-empty list of 'module:function' / 'file.py:function' strings or callables"
+    return None
+
 def _dir_path(p:str) -> str|None:
     "A `check`: `p` can be (or become) a directory: its nearest existing ancestor is a directory."
     for a in (Path(p), *Path(p).parents):
@@ -258,6 +266,9 @@ class TrainConfig:
     algo: str|Algo = "grpo"  # preset name or `Algo`
     task: str = "addition"  # task name for `rl_notes.tasks.get_task`
     task_kw: dict = field(default_factory=dict)  # keyword arguments of the task
+    dataset: str|None = None  # prompts from a local dataset with a `prompt` column (jsonl / json / parquet / csv file, or a `save_to_disk` directory); None: the task's
+    reward: list|None = _f(None, check=lambda v: _reward_specs(v))  # reward functions with TRL's signature, "module:function" / "file.py:function" or callables; None: the task's verifier
+    reward_weights: list[float]|None = None  # one weight per reward function; None: all 1
     steps: int = _f(100, ge=0)  # RL steps (one rollout batch each)
     n_prompts: int = _f(16, ge=1)  # prompts per step, over all processes
     group_size: int = _f(8, ge=1)  # responses per prompt (G)
@@ -267,6 +278,13 @@ class TrainConfig:
     critic_lr: float = _f(1e-3, ge=0)  # critic AdamW learning rate
     critic_init: str|None = None  # critic start: None = policy trunk + fresh head; a path = a reward-model checkpoint (sequence classification, one label) whose trunk and score head start the critic (VAPO's setting)
     weight_decay: float = _f(0.0, ge=0)  # AdamW weight decay
+    dtype: str = _f("float32", choices=("float32", "bfloat16", "float16"))  # dtype of the policy's (and critic's) weights
+    gradient_checkpointing: bool = False  # recompute activations in the backward pass: less memory, more time
+    lora_r: int = _f(0, ge=0)  # LoRA rank (peft); 0: train every weight. Under LoRA the reference is the base model with the adapters off
+    lora_alpha: float = _f(32.0, gt=0)  # LoRA alpha (the update is scaled by alpha / r)
+    lora_dropout: float = _f(0.0, ge=0, lt=1)  # dropout on the LoRA input
+    lora_target_modules: str|list[str] = "all-linear"  # the modules LoRA adapts (peft's `target_modules`)
+    report_to: str = _f("none", choices=("none", "tensorboard", "trackio"))  # also send the metric rows there (metrics.jsonl is always written)
     max_grad_norm: float = _f(1.0, gt=0)  # gradient clipping
     warmup_steps: int = _f(0, ge=0)  # linear learning-rate warm-up over this many RL steps (Adam's first updates are sign-like: size lr for every weight)
     ppo_epochs: int = _f(1, ge=1)  # passes over each rollout batch
@@ -285,6 +303,7 @@ class TrainConfig:
     progress: bool = True  # tqdm progress bar
 
     def __post_init__(self):
+        if isinstance(self.reward, str) or callable(self.reward): self.reward = [self.reward]   # one function
         if isinstance(self.algo, str): self.algo = get_algo(self.algo)
         elif isinstance(self.algo, dict): self.algo = Algo(**_known(Algo, self.algo))   # e.g. from config.json
         validate_config(self)
@@ -297,8 +316,14 @@ class TrainConfig:
             raise ValueError(f"Algo.cache_len ({a.cache_len}) must be <= TrainConfig.max_new_tokens ({self.max_new_tokens}) for the soft overlong punishment")
         if self.n_prompts % self.n_minibatches: raise ValueError(f"TrainConfig.n_prompts ({self.n_prompts}) must be divisible by n_minibatches ({self.n_minibatches})")
         if self.resume and self.overwrite: raise ValueError("TrainConfig.resume and overwrite exclude each other: continue the previous run, or replace it")
+        if self.reward_weights is not None and len(self.reward_weights) != len(self.reward or []):
+            raise ValueError(f"TrainConfig.reward_weights has {len(self.reward_weights)} weights for {len(self.reward or [])} reward functions")
 
-    def to_dict(self): return asdict(self)
+    def to_dict(self):
+        "JSON-able: a reward function given as a callable is written as its 'module:qualname'."
+        d = asdict(self)
+        if d["reward"] is not None: d["reward"] = [r if isinstance(r, str) else f"{r.__module__}:{reward_name(r)}" for r in self.reward]
+        return d
     @classmethod
     def from_dict(cls, d:dict) -> TrainConfig:
         "The config `to_dict` gave (e.g. a run's config.json); unknown fields are an error that names them."
@@ -329,7 +354,9 @@ class Meter:
         return {**out, **self.fixed}
 
 # %% ../nbs/14_trainer.ipynb #f189dc6a
-def heldout_eval(model, tokenizer, task, rows:list[dict], max_new_tokens:int, accelerator=None,
+def heldout_eval(model, tokenizer,
+                 task,  # an `rl_notes.tasks.Task` or an `rl_notes.data.RewardSet`: what scores the responses
+                 rows:list[dict], max_new_tokens:int, accelerator=None,
                  temperature:float|None=None,  # also report the accuracy of one sample per prompt at this temperature
                  seed:int=0,  # sampling seed of that evaluation
                 ) -> dict:
@@ -338,7 +365,7 @@ def heldout_eval(model, tokenizer, task, rows:list[dict], max_new_tokens:int, ac
     mine, mt = rows[r::W], Meter()
     keys = {"heldout_acc": "accuracy", "heldout_parsed": "parsed_rate", "heldout_len": "mean_len", "heldout_trunc": "truncation_rate"}
     res = evaluate(model, tokenizer, task, mine, max_new_tokens=max_new_tokens) if mine else {}
-    for k, v in keys.items(): mt.add(k, res.get(v, 0.0), len(mine))
+    for k, v in keys.items(): mt.add(k, res.get(v) or 0.0, len(mine) if res.get(v) is not None else 0)   # no parsed rate: None
     if temperature is not None:
         res = evaluate(model, tokenizer, task, mine, max_new_tokens=max_new_tokens, greedy=False, temperature=temperature,
                        seed=_mix(seed, r)) if mine else {}
@@ -375,6 +402,8 @@ class Run:
     start: int = 0  # the step the run continues after (the checkpoint's, on resume)
     saved: int|None = None  # step of the last checkpoint written or loaded
     lock: RunLock|None = None  # held by the main process while the run is open
+    rewards: RewardSet|None = None  # scores the responses: the task's verifier or the configured reward functions
+    reporter: object = None  # `Reporter` of the main process (TensorBoard / trackio), or None
 
     def __post_init__(self):
         acc = self.acc
@@ -384,7 +413,8 @@ class Run:
     @property
     def gen_model(self): return self.acc.unwrap_model(self.policy)
     def close(self):
-        "Release the run directory's lock."
+        "Close the reporter and release the run directory's lock."
+        if self.reporter is not None: self.reporter.close(); self.reporter = None
         if self.lock is not None: self.lock.release(); self.lock = None
     def __enter__(self): return self
     def __exit__(self, *exc): self.close()
@@ -392,18 +422,44 @@ class Run:
 # %% ../nbs/14_trainer.ipynb #62645a04
 def _models(cfg:TrainConfig, acc) -> dict:
     "Policy (and its frozen reference when beta > 0), a critic when the estimator needs one, AdamW for each; prepared by `acc`."
-    with _quiet_hf(): policy, tok = load_model(cfg.model)
+    with _quiet_hf(): policy, tok = load_model(cfg.model, dtype=cfg.dtype)
     policy.to(acc.device).train()
-    ref = copy.deepcopy(policy).eval().requires_grad_(False) if cfg.algo.beta > 0 else None
+    # under LoRA the reference is the same model with its adapters disabled (`_old_ref_logp`), not a copy
+    ref = copy.deepcopy(policy).eval().requires_grad_(False) if cfg.algo.beta > 0 and not cfg.lora_r else None
     critic = None
     if cfg.algo.uses_critic:
         critic = (value_model_from_policy(policy) if cfg.critic_init is None else
                   value_model_from_reward_model(load_reward_model(cfg.critic_init, policy))).to(acc.device)
-    policy, opt = acc.prepare(policy, torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay))
+    if cfg.lora_r:
+        policy = apply_lora(policy, r=cfg.lora_r, alpha=cfg.lora_alpha, dropout=cfg.lora_dropout, target_modules=cfg.lora_target_modules)
+    if cfg.gradient_checkpointing:
+        for m in (policy, critic):
+            if m is not None and hasattr(m, "gradient_checkpointing_enable"): enable_gradient_checkpointing(m)
+    params = [p for p in policy.parameters() if p.requires_grad]   # all of them, or LoRA's adapters
+    policy, opt = acc.prepare(policy, torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay))
     copt = None
     if critic is not None:
         critic, copt = acc.prepare(critic, torch.optim.AdamW(critic.parameters(), lr=cfg.critic_lr, weight_decay=cfg.weight_decay))
     return dict(policy=policy, opt=opt, ref=ref, critic=critic, copt=copt, tok=tok)
+
+def _data(cfg:TrainConfig, task) -> tuple[list, list, RewardSet]:
+    "(training rows, held-out rows, what scores responses): a dataset's prompts or the task's; the reward functions or the task's verifier."
+    if cfg.dataset is None:
+        tr, te = task.splits(cfg.n_train, max(cfg.n_eval, 1), seed=cfg.seed)
+        train_rows, test_rows, where = tr.to_list(), te.to_list()[:cfg.n_eval], f"task {cfg.task!r}"
+    else:
+        tr, te = load_dataset_splits(cfg.dataset, seed=cfg.seed)
+        train_rows, test_rows, where = tr.to_list()[:cfg.n_train], te.to_list()[:cfg.n_eval], f"TrainConfig.dataset {cfg.dataset!r}"
+        check_prompts(train_rows + test_rows, where)
+    if cfg.reward: rewards = RewardSet(cfg.reward, cfg.reward_weights)
+    else:
+        rewards = task.reward_set()
+        missing = sorted(set(task.required_columns) - set(train_rows[0]))
+        if missing: raise ValueError(f"{where} has no column(s) {missing}, which the reward of task {cfg.task!r} reads; "
+                                     "give reward functions (TrainConfig.reward, --reward module:function)")
+    if len(train_rows) < cfg.n_prompts:
+        raise ValueError(f"{where} holds {len(train_rows)} training prompts, fewer than TrainConfig.n_prompts ({cfg.n_prompts})")
+    return train_rows, test_rows, rewards
 
 def setup(cfg:TrainConfig,  # the run
           accelerator=None,  # an `accelerate.Accelerator`; default: a new one (CPU, GPU or `accelerate launch` settings)
@@ -420,8 +476,9 @@ def setup(cfg:TrainConfig,  # the run
     if cfg.threads: torch.set_num_threads(cfg.threads)
     seed_everything(cfg.seed)
     task = get_task(cfg.task, **cfg.task_kw)
-    tr, te = task.splits(cfg.n_train, max(cfg.n_eval, 1), seed=cfg.seed)
-    run = Run(cfg, accelerator, task, tr.to_list(), te.to_list()[:cfg.n_eval], **_models(cfg, accelerator))
+    train_rows, test_rows, rewards = _data(cfg, task)
+    run = Run(cfg, accelerator, task, train_rows, test_rows, rewards=rewards, **_models(cfg, accelerator))
+    render_prompts(run.tok, [train_rows[0]["prompt"]])   # chat messages and a tokenizer without a chat template: refused before any work
     try: _open_dir(run)
     except BaseException: run.close(); raise
     return run
@@ -460,22 +517,35 @@ def _open_dir(run:Run):
     if run.main:
         write_json_atomic(os.path.join(cfg.out_dir, "config.json"), cfg.to_dict())   # atomic, like the metrics
         run.log.rewrite(rows)                                          # atomic: a kill leaves the old file or the new one
+        if cfg.report_to != "none": run.reporter = Reporter(cfg.report_to, cfg.out_dir, cfg.to_dict())
     run.rows = rows
     run.acc.wait_for_everyone()
 
 # %% ../nbs/14_trainer.ipynb #87c59466
 def _rollout_metrics(run:Run, first:dict, keep:torch.Tensor, mt:Meter):
     "What the freshly sampled (first-round) batch says about the current policy; `keep` (B,): groups DAPO would keep."
-    ro, reward, score, parsed = first["ro"], first["reward"], first["score"], first["parsed"]
+    ro, reward, score, parsed = first["ro"], first["reward"], first["score"], first.get("parsed")
     L = ro.response_mask.sum(-1).float()                                     # (B,)
     n = float(len(L)) * (1.0 if run.cfg.shard_rollouts or run.rank == 0 else 0.0)   # replicated batch: count it once
     mt.add("reward", reward.mean(), n); mt.add("score", score.mean(), n); mt.add("acc", (reward >= 1.0).float().mean(), n)
-    mt.add("parsed", parsed.float().mean(), n); mt.add("resp_len", L.mean(), n)
+    mt.add("parsed", 0.0 if parsed is None else parsed.float().mean(), 0 if parsed is None else n); mt.add("resp_len", L.mean(), n)
+    for k, v in first["per_func"].items():   # each reward function's mean over the samples it scored (None leaves a sample out)
+        ok = ~torch.isnan(v)
+        mt.add(f"rewards/{k}", v[ok].mean() if ok.any() else 0.0, n * float(ok.float().mean()))
     ok = reward >= 1.0                                                       # lengths of right and of wrong responses
     mt.add("len_right", L[ok].mean() if ok.any() else 0.0, n * float(ok.float().mean()))
     mt.add("len_wrong", L[~ok].mean() if (~ok).any() else 0.0, n * float((~ok).float().mean()))
     mt.add("trunc_rate", ro.truncated.float().mean(), n); mt.max("resp_len_max", L.max())
     mt.add("kept_frac", keep.float().mean(), n / run.cfg.group_size)
+
+@contextlib.contextmanager
+def _sampling(run:Run):
+    "Generation in eval mode when gradient checkpointing is on (transformers turns the KV cache off in training mode then)."
+    m = run.gen_model
+    if not (run.cfg.gradient_checkpointing and m.training): yield; return
+    m.eval()
+    try: yield
+    finally: m.train()
 
 def collect(run:Run, step:int, mt:Meter) -> Batch:
     "Sample and score this step's groups (with DAPO's dynamic sampling when asked): the rows this process generated, on its device."
@@ -488,13 +558,15 @@ def collect(run:Run, step:int, mt:Meter) -> Batch:
         idx = np.random.default_rng(_mix(cfg.seed, step, rnd)).choice(len(run.train_rows), cfg.n_prompts, replace=False)
         if cfg.shard_rollouts: idx = idx[run.rank * need:(run.rank + 1) * need]
         exs = [run.train_rows[i] for i in idx]
-        ro = generate(run.gen_model, run.tok, [e["prompt"] for e in exs], group_size=G, max_new_tokens=cfg.max_new_tokens,
+        with _sampling(run): ro = generate(run.gen_model, run.tok, [e["prompt"] for e in exs], group_size=G, max_new_tokens=cfg.max_new_tokens,
                       temperature=cfg.temperature, seed=_mix(cfg.seed, step, rnd, run.rank if cfg.shard_rollouts else 0))
         t1 = time.time()
-        reward, parsed = run.task.rewards(exs, ro.response_text, G)                   # (B,), (B,) on the CPU
+        sc = run.rewards.score(exs, ro.response_text, G)    # reward (B,), per function (B,) each, parsed (B,) or None; on the CPU
+        reward, parsed = sc["reward"], sc["parsed"]
         score = reward + soft_overlong_punishment(ro.lengths, cfg.max_new_tokens, algo.cache_len).to(reward) if algo.soft_overlong else reward
         clock["gen"] += t1 - t0; clock["reward"] += time.time() - t1
-        return reward, dict(ro=ro, reward=reward, score=score, parsed=parsed)
+        got = dict(ro=ro, reward=reward, score=score, per_func=sc["per_func"])
+        return reward, got if parsed is None else {**got, "parsed": parsed}
     if algo.dynamic_sampling:   # informative groups first; if still short after max_rounds, filtered-out ones fill the batch
         _, got, st = dynamic_sample(sample, need, G, max_rounds=algo.max_rounds, fill="filtered")
         first, keep, rounds, fillers = st["first_round"]["batch"], st["first_round"]["keep"], st["rounds"], st["filler_groups"]
@@ -547,6 +619,8 @@ def _old_ref_logp(run:Run, batch:Batch, mt:Meter):
     with torch.no_grad():
         old = response_logprobs(run.policy, batch.ro, run.cfg.temperature) if multi else None
         ref = response_logprobs(run.ref, batch.ro, run.cfg.temperature) if run.ref is not None else None
+        if run.cfg.lora_r and run.algo.beta > 0:   # the reference: the base weights, adapters off
+            with run.gen_model.disable_adapter(): ref = response_logprobs(run.policy, batch.ro, run.cfg.temperature)
     mt.add("time_old_ref", time.time() - t0, 1)
     return old, ref
 
@@ -643,11 +717,48 @@ def update(run:Run, step:int, batch:Batch, mt:Meter):
     if run.critic is not None: mt.put("explained_var", _explained_var(run, **pooled))
     mt.add("time_update", time.time() - t0, 1)
 
+# %% ../nbs/14_trainer.ipynb #196b9e29
+class Reporter:
+    "Metric rows sent, besides metrics.jsonl, to TensorBoard or trackio (the main process only)."
+    def __init__(self,
+                 kind:str,  # "tensorboard" or "trackio"
+                 out_dir:str,  # the run directory (TensorBoard writes out_dir/tensorboard; trackio names its run after it)
+                 config:dict,  # the run's config, stored with a trackio run
+                ):
+        self.kind = kind
+        if kind == "tensorboard":
+            try: from torch.utils.tensorboard import SummaryWriter  # heavy: loads tensorboard, an optional extra
+            except ImportError: raise ValueError('TrainConfig.report_to="tensorboard" needs tensorboard: pip install "rl_notes[tensorboard]"') from None
+            self.writer = SummaryWriter(log_dir=os.path.join(out_dir, "tensorboard"))
+        elif kind == "trackio":
+            try: import trackio  # heavy: loads trackio, an optional extra
+            except ImportError: raise ValueError('TrainConfig.report_to="trackio" needs trackio: pip install "rl_notes[trackio]"') from None
+            self.writer = trackio
+            trackio.init(project="rl_notes", name=Path(out_dir).resolve().name, config=config, resume="allow",
+                         auto_log_gpu=False, auto_log_cpu=False)
+        else: raise ValueError(f"`kind` must be 'tensorboard' or 'trackio', got {kind!r}")
+
+    def log(self, row:dict):
+        "Send the numbers of one metric row at its step (VAPO's value pre-training rows under `value_pretrain/`, at their own step)."
+        vp = row.get("phase") == "value_pretrain"
+        step = int(row["vp_step"] if vp else row["step"])
+        nums = {("value_pretrain/" if vp else "") + k: float(v) for k, v in row.items()
+                if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in ("step", "vp_step")}
+        if self.kind == "tensorboard":
+            for k, v in nums.items(): self.writer.add_scalar(k, v, step)
+            self.writer.flush()
+        else: self.writer.log(nums, step=step)
+
+    def close(self):
+        "Flush and close (TensorBoard), or finish the trackio run."
+        if self.kind == "tensorboard": self.writer.close()
+        else: self.writer.finish()
+
 # %% ../nbs/14_trainer.ipynb #7c43f149
 def heldout(run:Run) -> dict:
     "Held-out accuracy of the current policy (greedy, and one sample at the training temperature), with its time."
     cfg, t0 = run.cfg, time.time()
-    ev = heldout_eval(run.gen_model, run.tok, run.task, run.test_rows, cfg.max_new_tokens, accelerator=run.acc,
+    ev = heldout_eval(run.gen_model, run.tok, run.rewards, run.test_rows, cfg.max_new_tokens, accelerator=run.acc,
                       temperature=cfg.temperature, seed=cfg.seed) if cfg.n_eval else {}
     return {**ev, "time_eval": time.time() - t0}
 
@@ -656,9 +767,10 @@ def eval_due(cfg:TrainConfig, step:int) -> bool:
     return bool(cfg.n_eval and cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.steps))
 
 def log_row(run:Run, row:dict):
-    "Keep a metric row, and append it to metrics.jsonl (main process; flushed line by line)."
+    "Keep a metric row, append it to metrics.jsonl (main process; flushed line by line), and report it (TensorBoard / trackio)."
     run.rows.append(row)
     if run.main: run.log.append(row)
+    if run.reporter is not None: run.reporter.log(row)
 
 def checkpoint(run:Run, step:int):
     "Save a checkpoint when one is due (every `save_every` steps and after the last); never one with non-finite weights."

@@ -4,8 +4,8 @@
 |---|---|---|
 | L0 | core, rope | torch, the standard library |
 | L1 | ppo, grpo, dapo, vapo, dpo, family (in that order) | L0, earlier L1; torch only among third-party packages; no file I/O |
-| L2 | tasks, rollout, checkpoint, models (in that order) | L0-L1, earlier L2, transformers, tokenizers, datasets, safetensors, numpy, tqdm |
-| L3 | trainer, preference, control, lab | L0-L2, accelerate, numpy, tqdm, gymnasium, matplotlib, safetensors (weight files); lab may import trainer, nothing else within L3 |
+| L2 | data, tasks, rollout, checkpoint, models (in that order) | L0-L1, earlier L2, transformers, tokenizers, datasets, safetensors, numpy, tqdm, math_verify, peft |
+| L3 | trainer, preference, control, lab | L0-L2, accelerate, numpy, tqdm, gymnasium, matplotlib, safetensors (weight files), peft, tensorboard, trackio; lab may import trainer, nothing else within L3 |
 | L4 | cli | anything |
 
 No file I/O in L1 means: none of os, io, json, shutil, pathlib, safetensors is imported, and `open(` is never called.
@@ -24,20 +24,21 @@ SRC = Path(__file__).resolve().parents[1] / PKG
 LAYERS = {  # layer -> modules, in the order in which later modules may import earlier ones
     0: ["core", "rope"],
     1: ["ppo", "grpo", "dapo", "vapo", "dpo", "family"],
-    2: ["tasks", "rollout", "checkpoint", "models"],
+    2: ["data", "tasks", "rollout", "checkpoint", "models"],
     3: ["trainer", "preference", "control", "lab"],
     4: ["cli"],
 }
 THIRD_PARTY = {  # third-party packages each layer may import (the standard library is allowed everywhere)
     0: {"torch"},
     1: {"torch"},
-    2: {"torch", "transformers", "tokenizers", "datasets", "safetensors", "numpy", "tqdm"},
-    3: {"torch", "accelerate", "numpy", "tqdm", "gymnasium", "matplotlib", "safetensors"},
+    2: {"torch", "transformers", "tokenizers", "datasets", "safetensors", "numpy", "tqdm", "math_verify", "peft"},
+    3: {"torch", "accelerate", "numpy", "tqdm", "gymnasium", "matplotlib", "safetensors", "peft", "tensorboard", "trackio"},
     4: None,  # anything
 }
 NO_FILE_IO = {1: {"os", "io", "json", "shutil", "pathlib", "safetensors"}}  # modules an L1 module may not import
 SAME_LAYER = {3: {"lab": {"trainer"}}}  # L3: only these imports within the layer (lab runs trainer jobs)
-HEAVY = {"transformers", "datasets", "accelerate", "gymnasium", "matplotlib", "trl", "peft"}
+HEAVY = {"transformers", "datasets", "accelerate", "gymnasium", "matplotlib", "trl", "peft", "math_verify", "trackio", "tensorboard",
+         "torch.utils.tensorboard"}  # top-level packages, or a dotted module (that module and its submodules)
 LAZY_L4 = {"torch", PKG}  # the CLI imports these inside its commands so that `--help` stays fast
 EXEMPT = {"__init__", "_modidx"}  # nbdev's package files
 
@@ -118,7 +119,8 @@ def violations(mod: str) -> list[str]:
         if why: out.append(f"{where(node)}: {why}")
         if nested:
             top = target.split(".")[0]
-            if top not in HEAVY and not (LAYER_OF[mod] == 4 and top in LAZY_L4):
+            heavy = top in HEAVY or any(target == h or target.startswith(h + ".") for h in HEAVY if "." in h)
+            if not heavy and not (LAYER_OF[mod] == 4 and top in LAZY_L4):
                 out.append(f"{where(node)}: `{target}` is imported inside a function; only heavy third-party packages "
                            f"{sorted(HEAVY)} may be (import it at the top of the module)")
             elif not any(comments.get(l) for l in range(node.lineno, (node.end_lineno or node.lineno) + 1)):
@@ -165,6 +167,8 @@ def test_checker_catches_each_kind_of_violation(tmp_path, monkeypatch):
     assert "needs a one-line reason" in _check("models", "def f():\n    from transformers import AutoModel\n", tmp_path, monkeypatch)[0]
     assert "needs a one-line reason" in _check("models", "def f():\n    s = '# not a comment'; import transformers\n", tmp_path, monkeypatch)[0]
     assert "only heavy third-party" in _check("trainer", "def f():\n    import numpy  # lazy\n", tmp_path, monkeypatch)[0]
+    assert _check("trainer", "def f():\n    from torch.utils.tensorboard import W  # heavy: loads tensorboard\n", tmp_path, monkeypatch) == []
+    assert "only heavy third-party" in _check("trainer", "def f():\n    from torch.utils.data import D  # lazy\n", tmp_path, monkeypatch)[0]
     assert _check("lab", "from .trainer import train\n", tmp_path, monkeypatch) == []
     assert "within L3 only" in _check("trainer", "from .lab import lab_runs\n", tmp_path, monkeypatch)[0]
     assert _check("cli", "import os\nfrom .trainer import train\nimport yaml\n", tmp_path, monkeypatch) == []

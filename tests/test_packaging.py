@@ -47,6 +47,10 @@ def test_requirements(wheel):
     assert run == want
     assert 'fastcore' not in run and 'fastcore' in dev and 'numpy' in run and 'pyflakes' in dev
     for name in ('torch', 'transformers', 'accelerate'): assert run[name].startswith('>='), (name, run[name])
+    extra = lambda e: {r.name for r in reqs if r.marker is not None and r.marker.evaluate({'extra': e})}
+    assert extra('math') == {'math-verify'} and extra('lora') == {'peft'}, (extra('math'), extra('lora'))
+    assert extra('tensorboard') == {'tensorboard'} and extra('trackio') == {'trackio'}
+    assert {'math-verify', 'peft', 'tensorboard', 'trackio'} <= dev          # the tests exercise every extra
 
 def _imports():
     "Top-level package of every import in rl_notes/*.py (function-level ones too), with the line."
@@ -57,7 +61,9 @@ def _imports():
             else: continue
             for n in names: yield n.split('.')[0], f'{f.name}:{node.lineno}'
 
-OPTIONAL = {'gymnasium': 'rl_notes.control.train_ppo_gym only (imported in the function); a dev requirement'}
+OPTIONAL = {'gymnasium': 'rl_notes.control.train_ppo_gym only (imported in the function); a dev requirement',
+            'math_verify': 'the math task (extra `math`)', 'peft': 'LoRA (extra `lora`)',
+            'tensorboard': 'report_to="tensorboard" (extra `tensorboard`)', 'trackio': 'report_to="trackio" (extra `trackio`)'}
 
 def test_imports_declared():
     from importlib.metadata import packages_distributions
