@@ -1,7 +1,7 @@
 """Benchmark rl_notes.core's log-prob / entropy kernels against the naive path and TRL's.
 
     python benchmarks/bench_core.py            # full sizes (V=151936; needs ~12 GB RAM, a few minutes)
-    python benchmarks/bench_core.py --small    # quick smoke run at V=32000
+    python benchmarks/bench_core.py --small    # V=32000 only (includes (2, 512, 32000), the 20M Qwen2's vocabulary)
 
 Every case runs in a fresh subprocess. Extra memory = peak resident memory (ru_maxrss) during the call minus the
 resident memory just before it, with the logits already allocated; reported as a multiple of the logits' size.
@@ -31,7 +31,6 @@ def _fn(method):
     raise ValueError(method)
 
 def _scalar(out):
-    import torch
     return sum(o.sum() for o in out) if isinstance(out, tuple) else out.sum()
 
 def run_case(B, T, V, method, backward, repeats, threads):
@@ -81,7 +80,10 @@ def main():
         B, T, V, m, bw = a.case.split(",")
         return run_case(int(B), int(T), int(V), m, bw == "1", a.repeats, threads)
     import torch
-    shapes = [(2, 256, 32000), (1, 512, 32000)] if a.small else [(4, 1024, 151936), (1, 4096, 151936)]
+    # V=32000: Llama-2 / Mistral and the 20M random Qwen2 of bench_real.py; V=151936: Qwen2.5. (8, 64, 32000) is a GRPO
+    # batch (B*T = 512 rows, short rows): TRL's per-batch-row loop works on 8 MB slices there, its best case
+    small = [(2, 256, 32000), (1, 512, 32000), (2, 512, 32000), (8, 64, 32000)]
+    shapes = small if a.small else [(4, 1024, 151936), (1, 4096, 151936)] + small[2:]
     cpu = platform.processor() or platform.machine()
     try:
         cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))

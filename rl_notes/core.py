@@ -163,57 +163,68 @@ def agg_loss(loss_mat:torch.Tensor,  # per-token loss (B, T)
 
 # %% ../nbs/00_core.ipynb #fb2e358c
 def _default_chunk(V:int) -> int:
-    "Rows per chunk: about 2 MB of float32 per chunk (stays in cache; measured fastest on CPU at V=152k)."
-    return max(1, (1 << 19) // max(V, 1))
+    "Rows per chunk: about 0.5 MB of float32 (the chunk and its buffer stay in a core's L2; fastest on CPU at V=32k and 152k)."
+    return max(1, (1 << 17) // max(V, 1))
 
 def _raise_bad_rows(bad:torch.Tensor, start:int, what:str):
     i = int(bad.nonzero()[0, 0]) + start
     raise ValueError(f"`logits` has {what} at flattened row {i}: NaN/+inf logits, or a label whose logit is -inf")
 
-def _bad_rows(bad:torch.Tensor, valid:torch.Tensor, start:int, dead:torch.Tensor):
-    "Rows with non-finite values: an error where the label counts; ignored rows are only marked `dead` (0 out, 0 gradient)."
-    if (bad & valid).any(): _raise_bad_rows(bad & valid, start, "a non-finite value")
-    dead[start:start + bad.shape[0]] = bad
-
 # %% ../nbs/00_core.ipynb #a3890519
+def _scaled(x, temperature, out):
+    "`x.float() / temperature` written into the float32 buffer `out`."
+    if x.dtype == torch.float32: return torch.div(x, temperature, out=out)
+    out.copy_(x)
+    return out.div_(temperature) if temperature != 1.0 else out
+
+def _lp_forward(logits, labels, chunk, temperature, with_entropy, ignore_index):
+    "Chunked forward pass: `(lp, ent, lse, safe, valid, dead)` over the N flattened rows (ent None unless asked)."
+    V = logits.shape[-1]
+    flat, lab = logits.reshape(-1, V), labels.reshape(-1)
+    N, dev, f32 = flat.shape[0], logits.device, torch.float32
+    valid = lab != ignore_index
+    safe = torch.where(valid, lab, torch.zeros_like(lab))
+    sel = torch.empty(N, 1, dtype=f32, device=dev)                  # the label's logit z_y
+    lse = torch.empty(N, dtype=f32, device=dev)                     # log sum_v exp(z_v)
+    ent = torch.empty(N, dtype=f32, device=dev) if with_entropy else None
+    # chunk-sized buffers, allocated once and reused: a fresh multi-MB temporary per chunk costs page faults
+    n0 = min(chunk, N)
+    zb = None if logits.dtype == f32 and temperature == 1.0 else torch.empty(n0, V, dtype=f32, device=dev)
+    db = torch.empty(n0, V, dtype=f32, device=dev)                  # z - m, exponentiated in place...
+    eb = torch.empty(n0, V, dtype=f32, device=dev) if with_entropy else None   # ...or into this one for the entropy
+    for s in range(0, N, chunk):
+        x = flat[s:s+chunk]
+        n = x.shape[0]
+        z = x if zb is None else _scaled(x, temperature, zb[:n])    # float32 (bf16/fp16 upcast one chunk at a time)
+        m = z.amax(-1, keepdim=True)                                # (n, 1)
+        d = torch.sub(z, m, out=db[:n])                             # (n, V)
+        e = torch.exp(d, out=eb[:n]) if with_entropy else d.exp_()
+        se = e.sum(-1)
+        torch.add(m.squeeze(-1), se.log(), out=lse[s:s+n])
+        torch.gather(z, -1, safe[s:s+n, None], out=sel[s:s+n])
+        if with_entropy:
+            # $H = \log\sum_v e_v - \sum_v p_v (z_v - m)$ with $e = \exp(z - m)$, $p = e/\sum e$: a sum of
+            # same-sign terms (accurate in float32); a -inf logit gives e = 0 and 0 * -inf, so zero those terms
+            ed = e.mul_(d)
+            eds = ed.sum(-1)
+            if torch.isnan(eds).any(): eds = torch.nan_to_num_(ed, nan=0.).sum(-1)
+            ent[s:s+n] = se.log() - eds / se
+    sel = sel.squeeze(-1)
+    dead = ~torch.isfinite(lse) | ~torch.isfinite(sel)              # rows with NaN/+inf logits, or a label at -inf
+    if bool(dead.any()):
+        if bool((dead & valid).any()): _raise_bad_rows(dead & valid, 0, "a non-finite value")
+        if with_entropy: ent.masked_fill_(dead, 0.)                 # ignored rows: 0 out, 0 gradient
+    # $\log \pi(y) = z_y - \mathrm{lse}$
+    lp = torch.where(valid, sel - lse, torch.zeros((), dtype=f32, device=dev))
+    return lp, ent, lse, safe, valid, dead
+
 class _LogpEntropy(torch.autograd.Function):
     "Chunked log p(label) and entropy with a recomputing backward (see the markdown above)."
     @staticmethod
     def forward(ctx, logits, labels, chunk, temperature, with_entropy, ignore_index):
-        V = logits.shape[-1]
-        flat, lab = logits.reshape(-1, V), labels.reshape(-1)
-        N = flat.shape[0]
-        valid = lab != ignore_index
-        safe = torch.where(valid, lab, torch.zeros_like(lab))
-        lp = torch.empty(N, dtype=torch.float32, device=logits.device)
-        ent = torch.empty(N, dtype=torch.float32, device=logits.device) if with_entropy else None
-        lse_all = torch.empty(N, dtype=torch.float32, device=logits.device)
-        dead = torch.zeros(N, dtype=torch.bool, device=logits.device)  # ignored rows with NaN/inf logits
-        for s in range(0, N, chunk):
-            z = flat[s:s+chunk].float()
-            if temperature != 1.0: z = z / temperature
-            m = z.amax(-1, keepdim=True)                            # (n, 1)
-            d = z - m                                               # (n, V): the only chunk-sized temporary...
-            e = d.exp() if with_entropy else d.exp_()               # ...plus this one when the entropy is wanted
-            se = e.sum(-1)
-            lse = m.squeeze(-1) + se.log()
-            sel = z.gather(-1, safe[s:s+chunk, None]).squeeze(-1)
-            bad = ~torch.isfinite(lse) | ~torch.isfinite(sel)
-            if bad.any(): _bad_rows(bad, valid[s:s+chunk], s, dead)
-            lp[s:s+chunk] = sel - lse
-            lse_all[s:s+chunk] = lse
-            if with_entropy:
-                # $H = \log\sum_v e_v - \sum_v p_v (z_v - m)$ with $e = \exp(z - m)$, $p = e/\sum e$: a sum of
-                # same-sign terms (accurate in float32); a -inf logit gives e = 0 and 0 * -inf, so zero those terms
-                ed = e.mul_(d)
-                eds = ed.sum(-1)
-                if torch.isnan(eds).any(): eds = torch.nan_to_num_(ed, nan=0.).sum(-1)
-                ent[s:s+chunk] = se.log() - eds / se
-        lp = torch.where(valid, lp, torch.zeros_like(lp))
-        any_dead = bool(dead.any())
-        if any_dead and with_entropy: ent.masked_fill_(dead, 0.)
-        ctx.save_for_backward(logits, safe, valid, lse_all, ent if with_entropy else lse_all, dead)
-        ctx.cfg = (chunk, temperature, with_entropy, any_dead)
+        lp, ent, lse, safe, valid, dead = _lp_forward(logits, labels, chunk, temperature, with_entropy, ignore_index)
+        ctx.save_for_backward(logits, safe, valid, lse, ent if with_entropy else lse, dead)
+        ctx.cfg = (chunk, temperature, with_entropy, bool(dead.any()))
         shape = labels.shape
         return (lp.view(shape), ent.view(shape)) if with_entropy else lp.view(shape)
 
@@ -228,13 +239,17 @@ class _LogpEntropy(torch.autograd.Function):
         if with_entropy and g_ent is not None: g_ent = g_ent.reshape(-1).float()
         else: g_ent = None
         grad = torch.empty_like(flat)
-        rows = torch.arange(min(chunk, N), device=logits.device)
+        f32 = flat.dtype == torch.float32                           # float32: the softmax is written straight into `grad`
+        n0 = min(chunk, N)
+        pb = None if f32 else torch.empty(n0, V, dtype=torch.float32, device=logits.device)
+        zb = None if f32 and temperature == 1.0 else torch.empty(n0, V, dtype=torch.float32, device=logits.device)
+        rows = torch.arange(n0, device=logits.device)
         for s in range(0, N, chunk):
-            z = flat[s:s+chunk].float()
-            if temperature != 1.0: z = z / temperature
-            n = z.shape[0]
+            x = flat[s:s+chunk]
+            n = x.shape[0]
+            z = x if zb is None else _scaled(x, temperature, zb[:n])
             lse = lse_all[s:s+n, None]
-            p = (z - lse).exp_()                                    # softmax of the chunk, recomputed
+            p = torch.sub(z, lse, out=grad[s:s+n] if f32 else pb[:n]).exp_()   # softmax of the chunk, recomputed
             gl = g_lp[s:s+n, None]
             if g_ent is None:
                 # $\partial \ell / \partial z_v = g\,(\mathbb{1}[v=y] - p_v)$
@@ -246,7 +261,7 @@ class _LogpEntropy(torch.autograd.Function):
             p[rows[:n], safe[s:s+n]] += g_lp[s:s+n]
             if temperature != 1.0: p.div_(temperature)
             if any_dead: p.masked_fill_(dead[s:s+n, None], 0.)
-            grad[s:s+n] = p
+            if not f32: grad[s:s+n] = p
         return grad.view(logits.shape), None, None, None, None, None
 
 # %% ../nbs/00_core.ipynb #4dde891d
@@ -270,12 +285,14 @@ def _check_logits(logits, labels, chunk_size, temperature, ignore_index):
 
 def logprobs_from_logits(logits:torch.Tensor,  # (B, T, V) (or any (..., V)); fp32, bf16 or fp16
                          labels:torch.Tensor,  # (B, T) token ids whose log-prob is wanted
-                         chunk_size:int|None=None,  # rows per chunk; default about 2 MB of float32
+                         chunk_size:int|None=None,  # rows per chunk; default about 0.5 MB of float32
                          temperature:float=1.0,  # logits are divided by it (use the sampling temperature)
                          ignore_index:int=-100,  # labels equal to it get log-prob 0 and no gradient (their logits may be NaN)
                         ) -> torch.Tensor:
     "Per-token log p(label), float32 (B, T), without materialising a second (B, T, V) tensor."
     chunk = _check_logits(logits, labels, chunk_size, temperature, ignore_index)
+    if not (logits.requires_grad and torch.is_grad_enabled()):   # no backward: the forward alone, without autograd's bookkeeping
+        return _lp_forward(logits, labels.long(), chunk, float(temperature), False, ignore_index)[0].view(labels.shape)
     return _LogpEntropy.apply(logits, labels.long(), chunk, float(temperature), False, ignore_index)
 
 def logprobs_and_entropy(logits:torch.Tensor,  # (B, T, V) (or any (..., V))
@@ -287,6 +304,16 @@ def logprobs_and_entropy(logits:torch.Tensor,  # (B, T, V) (or any (..., V))
     "Per-token log p(label) and the entropy of the predictive distribution, both float32 (B, T), in one pass."
     chunk = _check_logits(logits, labels, chunk_size, temperature, ignore_index)
     return _LogpEntropy.apply(logits, labels.long(), chunk, float(temperature), True, ignore_index)
+
+def _token_logp(logits:torch.Tensor,  # (n, V) float32 logits of n rows (e.g. one sampling step)
+                labels:torch.Tensor,  # (n,) token ids, all in [0, V)
+                temperature:float=1.0,  # logits are divided by it
+               ) -> torch.Tensor:
+    "log p(label) of each row in one piece, no checks: `logprobs_from_logits`' arithmetic for a batch small enough to hold."
+    z = logits / temperature if temperature != 1.0 else logits
+    m = z.amax(-1, keepdim=True)                                    # (n, 1)
+    lse = m.squeeze(-1) + (z - m).exp_().sum(-1).log()
+    return z.gather(-1, labels[:, None]).squeeze(-1) - lse
 
 # %% ../nbs/00_core.ipynb #9cb68f2e
 KL_KINDS = ("k1", "k2", "k3")

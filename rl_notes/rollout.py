@@ -8,11 +8,12 @@ import time
 from dataclasses import dataclass, field, replace
 import torch
 from transformers import DynamicCache, StaticCache
-from .core import logprobs_from_logits, logprobs_and_entropy
+from .core import logprobs_from_logits, logprobs_and_entropy, _token_logp
+from .data import render_prompts
 
 # %% auto #0
-__all__ = ['Rollout', 'position_ids_from_mask', 'NonFiniteLogits', 'generate', 'response_logprobs', 'cat_rollouts', 'evaluate',
-           'pass_at_k', 'first_token_entropy', 'sample_eval']
+__all__ = ['CDF_MIN_V', 'Rollout', 'position_ids_from_mask', 'NonFiniteLogits', 'generate', 'response_logprobs', 'cat_rollouts',
+           'evaluate', 'pass_at_k', 'first_token_entropy', 'sample_eval']
 
 # %% ../nbs/12_rollout.ipynb #94389dd2
 @dataclass
@@ -26,7 +27,7 @@ class Rollout:
     response_text: list[str]       # B decoded responses (EOS and padding removed)
     prompt_len: int                # P
     group_size: int                # G
-    prompts: list[str] = field(default_factory=list)  # the n_prompts prompt strings
+    prompts: list = field(default_factory=list)  # the n_prompts prompts as given (strings or message lists)
     temperature: float = 1.0       # sampling temperature (recompute log-probs with it)
     pad_token_id: int = 0          # id of the padding (left of short prompts, right of ended responses)
 
@@ -66,6 +67,7 @@ class NonFiniteLogits(ValueError):
     "The model gave NaN or infinite logits: its weights have diverged (e.g. a too-large learning rate) or are corrupt."
 
 def _eos_ids(model, tokenizer) -> list[int]:
+    "Every id that ends a response: the tokenizer's EOS and the generation config's (one id or a list, e.g. `<|im_end|>` and `<|endoftext|>`)."
     ids = {tokenizer.eos_token_id}
     gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
     if isinstance(gen_eos, int): ids.add(gen_eos)
@@ -74,22 +76,50 @@ def _eos_ids(model, tokenizer) -> list[int]:
     if not ids: raise ValueError("the tokenizer has no `eos_token_id`; generation could never stop")
     return sorted(ids)
 
+def _pad_id(tokenizer, eos:list[int]) -> int:
+    "The tokenizer's pad token; without one (many chat checkpoints) its EOS, as Hugging Face and TRL pad."
+    if tokenizer.pad_token_id is not None: return int(tokenizer.pad_token_id)
+    return int(tokenizer.eos_token_id) if tokenizer.eos_token_id is not None else eos[0]
+
+def _encode(tokenizer, prompts:list, pad:int, device):
+    "Left-padded `(input_ids, attention_mask)` (n, P) of the prompts: strings as they are, message lists through the chat template."
+    texts, special = render_prompts(tokenizer, prompts)
+    rows = tokenizer(texts, add_special_tokens=special)["input_ids"]
+    P = max(len(r) for r in rows)
+    ids = torch.tensor([[pad] * (P - len(r)) + r for r in rows], dtype=torch.long)
+    att = torch.tensor([[0] * (P - len(r)) + [1] * len(r) for r in rows], dtype=torch.long)
+    return ids.to(device), att.to(device)
+
+CDF_MIN_V = 4096  # from this vocabulary size on, `_sample` draws by inverse CDF: one uniform per row, not V exponentials
+
 def _sample(logits, temperature, top_p, generator):
     "Draw one token per row from softmax(logits / temperature), restricted to the top-p nucleus."
-    probs = torch.softmax(logits / temperature, -1)                       # (B, V)
+    probs = torch.softmax(logits / temperature if temperature != 1.0 else logits, -1)   # (B, V); x / 1 == x exactly
     if top_p < 1.0:
         p_sorted, order = probs.sort(-1, descending=True)
         # keep the smallest prefix whose mass reaches top_p (the token that crosses it included)
         drop = (p_sorted.cumsum(-1) - p_sorted) >= top_p
         p_sorted = p_sorted.masked_fill(drop, 0.0)
         probs = torch.zeros_like(probs).scatter_(-1, order, p_sorted)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
+    V = probs.shape[-1]
+    if V < CDF_MIN_V: return torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
+    # the first token whose cumulative mass exceeds u ~ U(0, total mass), in float64 (exact to ~1e-16 per token)
+    cdf = probs.double().cumsum(-1)                                       # (B, V)
+    u = torch.rand(probs.shape[0], 1, dtype=torch.float64, device=probs.device, generator=generator) * cdf[:, -1:]
+    return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp_(max=V - 1)   # (B,)
+
+def _decode(tokenizer, resp:torch.Tensor, n_text:torch.Tensor) -> list[str]:
+    "Texts of the first `n_text[i]` tokens of each response row (EOS and padding excluded); equal rows decoded once."
+    seqs = [tuple(r[:n]) for r, n in zip(resp.tolist(), n_text.tolist())]
+    uniq = list(dict.fromkeys(seqs))
+    texts = dict(zip(uniq, tokenizer.batch_decode(uniq, skip_special_tokens=True)))
+    return [texts[s] for s in seqs]
 
 # %% ../nbs/12_rollout.ipynb #efc028b5
 @torch.no_grad()
 def generate(model,  # a causal LM (e.g. `tiny_llama` or `load_model`)
-             tokenizer,  # its tokenizer (left padding is forced)
-             prompts:list[str],  # n_prompts prompt strings
+             tokenizer,  # its tokenizer (prompts are left-padded; without a pad token, with EOS)
+             prompts:list,  # n_prompts prompts: strings, or message lists (rendered with the chat template)
              group_size:int=1,  # G samples per prompt, adjacent in the batch
              max_new_tokens:int=32,  # most response tokens (EOS included)
              temperature:float=1.0,  # logits are divided by it before sampling and for `old_logp`
@@ -99,20 +129,19 @@ def generate(model,  # a causal LM (e.g. `tiny_llama` or `load_model`)
              cache:str="dynamic",  # "dynamic": keys/values grown each step; "static": pre-allocated for P + max_new_tokens
             ) -> Rollout:
     "Sample `group_size` responses per prompt with the KV cache; record old log-probs, masks and truncation."
-    if isinstance(prompts, str) or not len(prompts): raise ValueError(f"`prompts` must be a non-empty list of str, got {prompts!r}")
+    if isinstance(prompts, str) or not len(prompts): raise ValueError(f"`prompts` must be a non-empty list of prompts, got {prompts!r}")
     if not (isinstance(group_size, int) and group_size >= 1): raise ValueError(f"`group_size` must be an int >= 1, got {group_size!r}")
     if not (isinstance(max_new_tokens, int) and max_new_tokens >= 1): raise ValueError(f"`max_new_tokens` must be an int >= 1, got {max_new_tokens!r}")
     if not temperature > 0: raise ValueError(f"`temperature` must be > 0, got {temperature!r}")
     if not 0 < top_p <= 1: raise ValueError(f"`top_p` must be in (0, 1], got {top_p!r}")
     if cache not in ("static", "dynamic"): raise ValueError(f"`cache` must be 'static' or 'dynamic', got {cache!r}")
     dev = next(model.parameters()).device
-    eos = torch.tensor(_eos_ids(model, tokenizer), device=dev)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else int(eos[0])
-    side, tokenizer.padding_side = tokenizer.padding_side, "left"
-    try: enc = tokenizer(list(prompts), padding=True, return_tensors="pt")
-    finally: tokenizer.padding_side = side
-    ids = enc["input_ids"].to(dev).repeat_interleave(group_size, 0)        # (B, P)
-    att = enc["attention_mask"].to(dev).repeat_interleave(group_size, 0)   # (B, P)
+    eos_list = _eos_ids(model, tokenizer)
+    eos = torch.tensor(eos_list, device=dev)
+    pad = _pad_id(tokenizer, eos_list)
+    ids, att = _encode(tokenizer, list(prompts), pad, dev)                 # (n_prompts, P)
+    ids, att = ids.repeat_interleave(group_size, 0), att.repeat_interleave(group_size, 0)   # (B, P)
+    prompt_att = att
     B, P = ids.shape
     gen = None
     if seed is not None: gen = torch.Generator(device=dev).manual_seed(seed)
@@ -130,10 +159,11 @@ def generate(model,  # a causal LM (e.g. `tiny_llama` or `load_model`)
     for t in range(max_new_tokens):
         logits = out.logits[:, -1].float()                                  # (B, V)
         ok = torch.isfinite(logits.amax(-1))                                 # (B,) amax propagates NaN
-        bad |= ~ok
-        logits = torch.where(ok[:, None], logits, torch.zeros_like(logits))  # sampling stays valid; refused below
+        if not bool(ok.all()):                                               # sampling stays valid; refused below
+            bad |= ~ok
+            logits = torch.where(ok[:, None], logits, torch.zeros_like(logits))
         tok = logits.argmax(-1) if greedy else _sample(logits, temperature, top_p, gen)
-        lp = logprobs_from_logits(logits, tok, temperature=temperature)      # (B,)
+        lp = _token_logp(logits, tok, temperature)                          # (B,) as `logprobs_from_logits` computes it
         live = ~done
         tok = torch.where(live, tok, torch.full_like(tok, pad))
         toks.append(tok); logps.append(torch.where(live, lp, torch.zeros_like(lp))); masks.append(live)
@@ -149,9 +179,8 @@ def generate(model,  # a causal LM (e.g. `tiny_llama` or `load_model`)
     resp = torch.stack(toks, 1)                                              # (B, T)
     rmask = torch.stack(masks, 1).to(att.dtype)                              # (B, T)
     input_ids = torch.cat([ids, resp], 1)                                    # (B, P+T)
-    attention_mask = torch.cat([enc["attention_mask"].to(dev).repeat_interleave(group_size, 0), rmask], 1)
-    ends = torch.isin(resp, eos) & rmask.bool()
-    text = [tokenizer.decode(r[m.bool() & ~e], skip_special_tokens=True) for r, m, e in zip(resp, rmask, ends)]
+    attention_mask = torch.cat([prompt_att, rmask], 1)
+    text = _decode(tokenizer, resp, rmask.sum(-1) - done.long())            # the text stops before the EOS
     return Rollout(input_ids=input_ids, attention_mask=attention_mask, response_mask=rmask,
                    old_logp=torch.stack(logps, 1), truncated=~done, response_text=text, prompt_len=P,
                    group_size=group_size, prompts=list(prompts), temperature=float(temperature), pad_token_id=int(pad))
@@ -207,22 +236,29 @@ def cat_rollouts(rollouts:list[Rollout],  # rollouts with the same group size an
                    temperature=rollouts[0].temperature, pad_token_id=pad_token_id)
 
 # %% ../nbs/12_rollout.ipynb #a7d7b5ae
+def _max_new_tokens(task, max_new_tokens:int|None) -> int:
+    "`max_new_tokens` if given, else the task's longest demonstration + EOS; a task without one (a `RewardSet`) needs it."
+    if max_new_tokens is not None: return max_new_tokens
+    try: return task.max_response_chars() + 1
+    except (AttributeError, NotImplementedError):
+        raise ValueError(f"`max_new_tokens` is required: {type(task).__name__} has no `max_response_chars`") from None
+
 @torch.no_grad()
 def evaluate(model,  # causal LM
              tokenizer,  # its tokenizer
-             task,  # an `rl_notes.tasks.Task`
+             task,  # an `rl_notes.tasks.Task` or an `rl_notes.data.RewardSet` (anything with `.rewards(rows, responses)`)
              dataset,  # rows with at least `prompt` (a datasets.Dataset or list of dicts)
-             max_new_tokens:int|None=None,  # default: the task's longest demonstration + EOS
+             max_new_tokens:int|None=None,  # default: the task's longest demonstration + EOS (required for a RewardSet)
              greedy:bool=True,  # argmax decoding; False samples at `temperature`
              temperature:float=1.0,  # used when greedy=False
              batch_size:int=256,  # prompts per generation call
              seed:int=0,  # sampling seed when greedy=False
              by:str|None=None,  # a column to break accuracy down by, e.g. "n_digits"
             ) -> dict:
-    "Greedy (or sampled) accuracy of `model` on `dataset`: accuracy, parsed_rate, mean_len, truncation_rate, n."
+    "Greedy (or sampled) accuracy of `model` on `dataset`: accuracy (mean reward), parsed_rate (None without `parsed`), mean_len, truncation_rate, n."
     rows = [dataset[i] for i in range(len(dataset))]
     if not rows: raise ValueError("`dataset` is empty")
-    if max_new_tokens is None: max_new_tokens = task.max_response_chars() + 1
+    max_new_tokens = _max_new_tokens(task, max_new_tokens)
     was_training = model.training
     model.eval()
     t0 = time.time()
@@ -236,8 +272,10 @@ def evaluate(model,  # causal LM
             rew.append(r); parsed.append(p); lens.append(ro.lengths.float()); trunc.append(ro.truncated)
     finally:
         model.train(was_training)
-    rew, parsed, lens, trunc = torch.cat(rew), torch.cat(parsed), torch.cat(lens), torch.cat(trunc)
-    res = {"accuracy": rew.mean().item(), "parsed_rate": parsed.float().mean().item(), "mean_len": lens.mean().item(),
+    parsed = None if any(p is None for p in parsed) else torch.cat(parsed)  # a RewardSet without `parsed` gives None
+    rew, lens, trunc = torch.cat(rew), torch.cat(lens), torch.cat(trunc)
+    res = {"accuracy": rew.mean().item(), "parsed_rate": None if parsed is None else parsed.float().mean().item(),
+           "mean_len": lens.mean().item(),
            "max_len": int(lens.max().item()), "truncation_rate": trunc.float().mean().item(), "n": len(rows),
            "seconds": round(time.time() - t0, 3)}
     if by is not None:
@@ -262,18 +300,15 @@ def pass_at_k(n:int,  # samples drawn for the prompt
 # %% ../nbs/12_rollout.ipynb #1895a68f
 @torch.no_grad()
 def first_token_entropy(model,  # causal LM
-                        tokenizer,  # its tokenizer (left padding is forced)
-                        prompts:list[str],  # prompt strings
+                        tokenizer,  # its tokenizer (prompts are left-padded as in `generate`)
+                        prompts:list,  # prompts: strings or message lists
                         temperature:float=1.0,  # logits are divided by it, as when sampling
                        ) -> torch.Tensor:  # (n_prompts,) entropy in nats of the first response token
     "Entropy of the policy's distribution over the first response token, per prompt."
     if not temperature > 0: raise ValueError(f"`temperature` must be > 0, got {temperature!r}")
     dev = next(model.parameters()).device
-    side, tokenizer.padding_side = tokenizer.padding_side, "left"
-    try: enc = tokenizer(list(prompts), padding=True, return_tensors="pt")
-    finally: tokenizer.padding_side = side
-    att = enc["attention_mask"].to(dev)
-    logits = model(input_ids=enc["input_ids"].to(dev), attention_mask=att, position_ids=position_ids_from_mask(att)).logits[:, -1].float()
+    ids, att = _encode(tokenizer, list(prompts), _pad_id(tokenizer, _eos_ids(model, tokenizer)), dev)
+    logits = model(input_ids=ids, attention_mask=att, position_ids=position_ids_from_mask(att)).logits[:, -1].float()
     logp = torch.log_softmax(logits / temperature, -1)                       # (n, V)
     # $H = -\sum_v \pi(v) \log \pi(v)$
     return -(logp.exp() * logp).sum(-1)
@@ -281,10 +316,10 @@ def first_token_entropy(model,  # causal LM
 @torch.no_grad()
 def sample_eval(model,  # causal LM
                 tokenizer,  # its tokenizer
-                task,  # an `rl_notes.tasks.Task`
+                task,  # an `rl_notes.tasks.Task` or an `rl_notes.data.RewardSet`
                 dataset,  # rows with at least `prompt` (a datasets.Dataset or list of dicts)
                 k:int=8,  # samples per prompt
-                max_new_tokens:int|None=None,  # default: the task's longest demonstration + EOS
+                max_new_tokens:int|None=None,  # default: the task's longest demonstration + EOS (required for a RewardSet)
                 temperature:float=1.0,  # sampling temperature
                 seed:int=0,  # sampling seed (the same seed gives two policies the same random numbers)
                 batch_size:int=64,  # prompts per generation call
@@ -293,7 +328,7 @@ def sample_eval(model,  # causal LM
     rows = [dataset[i] for i in range(len(dataset))]
     if not rows: raise ValueError("`dataset` is empty")
     if not (isinstance(k, int) and k >= 1): raise ValueError(f"`k` must be an int >= 1, got {k!r}")
-    if max_new_tokens is None: max_new_tokens = task.max_response_chars() + 1
+    max_new_tokens = _max_new_tokens(task, max_new_tokens)
     was_training = model.training
     model.eval()
     greedy, correct, distinct, ent, lr_, lw_, trunc = [], [], [], [], [], [], []
