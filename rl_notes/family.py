@@ -5,13 +5,14 @@
 # %% ../nbs/07_family.ipynb #be9ab5cd
 from __future__ import annotations
 import math
+from typing import Callable
 import torch
-from .core import agg_loss, check_shapes, masked_mean, masked_whiten
+from .core import agg_loss, check_shapes, masked_mean, masked_sum, masked_whiten
 from .grpo import group_advantages
 
 # %% auto #0
 __all__ = ['TIS_LEVELS', 'TIS_MODES', 'rloo_advantages', 'reinforce_pp_advantages', 'gspo_loss', 'cispo_loss', 'tis_weights',
-           'high_entropy_mask', 'clip_cov_mask', 'kl_cov_loss']
+           'high_entropy_mask', 'accelerate_gather', 'clip_cov_mask', 'kl_cov_loss']
 
 # %% ../nbs/07_family.ipynb #9c07ae4b
 def rloo_advantages(rewards:torch.Tensor,  # (B,) scalar reward per response, B = n_prompts * group_size, groups adjacent
@@ -167,26 +168,65 @@ def tis_weights(logp:torch.Tensor,  # (B, T) log-probs of the sampled tokens und
     return torch.where(m, w, zero)
 
 # %% ../nbs/07_family.ipynb #3e3539fc
+def _gathered(gather, e):
+    "The 1-D tensor of all processes' values that `gather` returns for this process's 1-D `e`, checked, on `e`'s device."
+    if not callable(gather): raise ValueError(f"`gather` must be callable (this process's 1-D values -> all processes' 1-D values), got {type(gather).__name__}")
+    g = gather(e)
+    if not isinstance(g, torch.Tensor) or g.dim() != 1:
+        got = f"shape {tuple(g.shape)}" if isinstance(g, torch.Tensor) else type(g).__name__
+        raise ValueError(f"`gather` must return a 1-D tensor (the values of all processes), got {got}")
+    if g.numel() < e.numel(): raise ValueError(f"`gather` returned {g.numel()} values, fewer than the {e.numel()} of this process")
+    return g.to(device=e.device, dtype=e.dtype)
+
 def high_entropy_mask(entropy:torch.Tensor,  # (B, T) entropy of the policy at each response position
                       mask:torch.Tensor,  # (B, T) response mask
                       quantile:float=0.2,  # rho: share of the masked tokens kept, those of highest entropy (1: all; 0: the maximum only)
+                      gather:Callable|None=None,  # gather(e) -> 1-D valid entropies of all processes, given this process's 1-D `e`; None: this process only
                      ) -> torch.Tensor:  # (B, T) bool, True on the kept tokens
-    "Mask of the top-`quantile` share of response tokens by entropy: the tokens that keep the policy-gradient loss."
+    "Mask of the top-`quantile` share of response tokens by entropy (over all processes with `gather`): the tokens that keep the policy-gradient loss."
     check_shapes(entropy, "entropy", mask=mask)
     if not (isinstance(quantile, (int, float)) and 0 <= quantile <= 1): raise ValueError(f"`quantile` must be in [0, 1], got {quantile!r}")
     m = mask if mask.dtype == torch.bool else mask != 0
-    if not m.any(): return torch.zeros_like(m)
-    e = entropy.detach()[m].float()
-    if not torch.isfinite(e).all(): raise ValueError("`entropy` is NaN or infinite at an unmasked position")
+    if gather is None:
+        if not m.any(): return torch.zeros_like(m)
+        e = entropy.detach()[m].float()
+        if not torch.isfinite(e).all(): raise ValueError("`entropy` is NaN or infinite at an unmasked position")
+    else:   # every process gathers, even one without response tokens; the check runs on the union, so all processes agree
+        e = _gathered(gather, entropy.detach()[m].float())                   # (N_global,)
+        if not torch.isfinite(e).all(): raise ValueError("`entropy` is NaN or infinite at an unmasked position (of some process)")
+        if e.numel() == 0: return torch.zeros_like(m)
     # $\tau = Q_{1-\rho}\big(\{H_t : t \in \mathrm{mask}\}\big)$; keep $H_t \ge \tau$
     tau = torch.quantile(e, 1 - quantile)
     return (entropy.detach() >= tau) & m
 
+def accelerate_gather(acc,  # an `accelerate.Accelerator`, or any object with its `gather` and `pad_across_processes`
+                     ) -> Callable:  # gather(t): this process's 1-D `t` -> the 1-D concatenation of every process's `t`, in process order
+    "A `gather` for `high_entropy_mask` under Accelerate: pads to the longest, gathers, and cuts each process's padding by its count."
+    def gather(t):
+        n = acc.gather(torch.tensor([t.numel()], device=t.device)).view(-1).tolist()   # (W,) counts: no sentinel value needed
+        rows = acc.gather(acc.pad_across_processes(t, dim=0)).view(len(n), max(n))     # (W, n_max)
+        return torch.cat([rows[w, :k] for w, k in enumerate(n)])
+    return gather
+
 # %% ../nbs/07_family.ipynb #46844b62
-def _token_cov(logp, adv, m):
-    "Covariance contribution of each masked token, (log pi - its batch mean)(A - its batch mean); -inf where masked."
-    # $\mathrm{Cov}_t = (\log\pi(y_t) - \overline{\log\pi})(A_t - \bar A)$, means over the batch's response tokens
-    cov = (logp - masked_mean(logp, m)) * (adv - masked_mean(adv, m))
+def _global_means(logp, adv, m, reduce):
+    "Means of `logp` and `adv` over the masked tokens of every process, from one `reduce` of (count, sums) in float64."
+    if not callable(reduce): raise ValueError(f"`reduce` must be callable (elementwise sum of a tensor over processes), got {type(reduce).__name__}")
+    t = torch.stack([m.sum().double(), masked_sum(logp.double(), m), masked_sum(adv.double(), m)])   # (3,)
+    s = reduce(t)
+    if not isinstance(s, torch.Tensor) or s.shape != t.shape:
+        raise ValueError(f"`reduce` must return a tensor of the shape it was given {tuple(t.shape)}, got {tuple(s.shape) if isinstance(s, torch.Tensor) else type(s).__name__}")
+    s = s.to(logp.device)
+    return (s[1] / s[0].clamp(min=1)).to(logp.dtype), (s[2] / s[0].clamp(min=1)).to(adv.dtype)
+
+def _token_cov(logp, adv, m, reduce=None):
+    "Covariance contribution of each masked token, (log pi - its batch mean)(A - its batch mean); -inf where masked. `reduce`: global means."
+    if reduce is None:
+        # $\mathrm{Cov}_t = (\log\pi(y_t) - \overline{\log\pi})(A_t - \bar A)$, means over the batch's response tokens
+        cov = (logp - masked_mean(logp, m)) * (adv - masked_mean(adv, m))
+    else:
+        mu_lp, mu_a = _global_means(logp, adv, m, reduce)   # means over the response tokens of all processes
+        cov = (logp - mu_lp) * (adv - mu_a)
     return torch.where(m, cov, torch.full_like(cov, -math.inf))
 
 def clip_cov_mask(logp:torch.Tensor,  # (B, T) log pi_theta of the sampled tokens
@@ -199,13 +239,14 @@ def clip_cov_mask(logp:torch.Tensor,  # (B, T) log pi_theta of the sampled token
                   eps_low:float=0.2,  # PPO's lower clip, with `old_logp`
                   eps_high:float=0.2,  # PPO's upper clip, with `old_logp`
                   generator:torch.Generator|None=None,  # CPU generator of the random choice
+                  reduce:Callable|None=None,  # reduce(t) -> elementwise sum of t over data-parallel processes: global centring means; None: this process
                  ) -> torch.Tensor:  # (B, T) bool: `mask` without the detached tokens
-    "Clip-Cov: `mask` minus max(1, floor(r N)) random tokens whose log-prob/advantage covariance lies in (cov_lb, cov_ub)."
+    "Clip-Cov: `mask` minus max(1, floor(r N)) random tokens whose log-prob/advantage covariance lies in (cov_lb, cov_ub); N, the choice: this process's."
     old = logp.detach() if old_logp is None else old_logp
     m, adv, log_ratio = _token_inputs(logp.detach(), old, adv, mask)
     if not (isinstance(clip_ratio, (int, float)) and 0 <= clip_ratio <= 1): raise ValueError(f"`clip_ratio` must be in [0, 1], got {clip_ratio!r}")
     if not cov_lb < cov_ub: raise ValueError(f"need `cov_lb` < `cov_ub`, got cov_lb={cov_lb}, cov_ub={cov_ub}")
-    cov = _token_cov(logp.detach(), adv, m)
+    cov = _token_cov(logp.detach(), adv, m, reduce)
     cand = m & (cov > cov_lb) & (cov < cov_ub)
     if old_logp is not None:
         r = log_ratio.exp()
@@ -228,13 +269,14 @@ def kl_cov_loss(logp:torch.Tensor,  # (B, T) log pi_theta of the sampled tokens 
                 agg:str="token-mean",  # aggregation, see `rl_notes.core.agg_loss`
                 max_tokens:int|None=None,  # L_max for agg="seq-mean-token-sum-norm"
                 global_tokens:float|None=None,  # global token count for agg="token-mean" under data parallelism
+                reduce:Callable|None=None,  # reduce(t) -> elementwise sum of t over data-parallel processes: global centring means; None: this process
                ) -> tuple[torch.Tensor, dict]:  # scalar loss to minimise, metrics (kl_cov_frac: share of tokens penalised)
-    "KL-Cov loss: the unclipped surrogate -r A, plus beta |log r| on the max(1, floor(k N)) tokens of largest covariance."
+    "KL-Cov loss: the unclipped surrogate -r A, plus beta |log r| on the max(1, floor(k N)) tokens of largest covariance (N, the top-k: this process's)."
     m, adv, log_ratio = _token_inputs(logp, old_logp, adv, mask)
     if not (isinstance(kl_ratio, (int, float)) and 0 <= kl_ratio <= 1): raise ValueError(f"`kl_ratio` must be in [0, 1], got {kl_ratio!r}")
     if not (beta >= 0 and math.isfinite(beta)): raise ValueError(f"`beta` must be >= 0 and finite, got {beta}")
     ratio = log_ratio.exp()
-    cov = _token_cov(logp.detach(), adv, m).view(-1)
+    cov = _token_cov(logp.detach(), adv, m, reduce).view(-1)
     n_tok = int(m.sum())
     k = min(max(1, int(kl_ratio * n_tok)), n_tok) if kl_ratio > 0 else 0
     # $I_{\mathrm{KL}} = \{t : \mathrm{rank}(\mathrm{Cov}_t) \le kN\}$

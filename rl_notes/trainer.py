@@ -17,7 +17,7 @@ from .grpo import group_advantages, grpo_loss
 from .dapo import dynamic_sample, overlong_filter_mask, soft_overlong_punishment
 from .vapo import decoupled_gae, positive_lm_loss, value_pretrain_loss
 from .family import (rloo_advantages, reinforce_pp_advantages, gspo_loss, cispo_loss, kl_cov_loss, tis_weights,
-                             high_entropy_mask, clip_cov_mask)
+                             high_entropy_mask, clip_cov_mask, accelerate_gather)
 from .data import RewardSet, load_dataset_splits, check_prompts, render_prompts, reward_name
 from .tasks import get_task
 from .models import load_model, load_reward_model, apply_lora, enable_gradient_checkpointing, _quiet_hf
@@ -207,12 +207,13 @@ def loss_clip(algo:Algo,
               mask:torch.Tensor,  # (b, T) loss mask
               max_tokens:int,  # L_max of `seq-mean-token-sum-norm`
               global_tokens:float|None,  # `token-mean` divisor over all processes
+              reduce=None,  # sums a tensor over data-parallel processes (batch statistics of KL-Cov); None: one process
              ) -> tuple[torch.Tensor, dict]:
     "PPO's clipped surrogate (decoupled clip, optional dual clip) plus beta times the KL to the reference: `rl_notes.grpo.grpo_loss`."
     return grpo_loss(logp, old_logp, ref_logp, adv, mask, eps_low=algo.eps_low, eps_high=algo.eps_high, beta=algo.beta, kl=algo.kl,
                      agg=algo.agg, max_tokens=max_tokens, global_tokens=global_tokens, dual_clip=algo.dual_clip)
 
-def loss_nll(algo:Algo, logp, old_logp, ref_logp, adv, mask, max_tokens:int, global_tokens:float|None) -> tuple[torch.Tensor, dict]:
+def loss_nll(algo:Algo, logp, old_logp, ref_logp, adv, mask, max_tokens:int, global_tokens:float|None, reduce=None) -> tuple[torch.Tensor, dict]:
     "Weighted NLL, no ratio and no clip: with `adv_correct` weights, supervised fine-tuning on the policy's own correct samples."
     w = adv if adv.dim() == 2 else adv[:, None].expand(mask.shape)            # (b, T)
     # $\mathcal{L} = -\operatorname{agg}(w_{i}\, \log\pi_\theta(o_{i,t}))$
@@ -223,22 +224,22 @@ def loss_nll(algo:Algo, logp, old_logp, ref_logp, adv, mask, max_tokens:int, glo
              "ratio_mean": masked_mean(log_ratio.exp(), mask)}
     return loss, m
 
-def loss_gspo(algo:Algo, logp, old_logp, ref_logp, adv, mask, max_tokens:int, global_tokens:float|None):
+def loss_gspo(algo:Algo, logp, old_logp, ref_logp, adv, mask, max_tokens:int, global_tokens:float|None, reduce=None):
     "GSPO: one clipped ratio per sequence, the geometric mean of its token ratios (`rl_notes.family.gspo_loss`)."
     return gspo_loss(logp, old_logp, adv, mask, eps_low=algo.eps_low, eps_high=algo.eps_high, agg=algo.agg,
                      max_tokens=max_tokens, global_tokens=global_tokens)
 
-def loss_cispo(algo:Algo, logp, old_logp, ref_logp, adv, mask, max_tokens:int, global_tokens:float|None):
+def loss_cispo(algo:Algo, logp, old_logp, ref_logp, adv, mask, max_tokens:int, global_tokens:float|None, reduce=None):
     "CISPO: REINFORCE weighted by the clipped, detached ratio (`rl_notes.family.cispo_loss`); bounds 1 - cispo_eps_low, 1 + eps_high."
     return cispo_loss(logp, old_logp, adv, mask, eps_high=algo.eps_high, eps_low=algo.cispo_eps_low, agg=algo.agg,
                       max_tokens=max_tokens, global_tokens=global_tokens)
 
-def loss_kl_cov(algo:Algo, logp, old_logp, ref_logp, adv, mask, max_tokens:int, global_tokens:float|None):
+def loss_kl_cov(algo:Algo, logp, old_logp, ref_logp, adv, mask, max_tokens:int, global_tokens:float|None, reduce=None):
     "KL-Cov: the unclipped surrogate plus kl_cov_coef |log r| on the kl_cov_ratio tokens of largest covariance (`rl_notes.family.kl_cov_loss`)."
     return kl_cov_loss(logp, old_logp, adv, mask, kl_ratio=algo.kl_cov_ratio, beta=algo.kl_cov_coef, agg=algo.agg,
-                       max_tokens=max_tokens, global_tokens=global_tokens)
+                       max_tokens=max_tokens, global_tokens=global_tokens, reduce=reduce)
 
-# name -> fn(algo, logp, old_logp, ref_logp, adv, mask, max_tokens, global_tokens) -> (loss, metrics); a new loss is one entry
+# name -> fn(algo, logp, old_logp, ref_logp, adv, mask, max_tokens, global_tokens, reduce) -> (loss, metrics); a new loss is one entry
 POLICY_LOSSES = {"clip": loss_clip, "nll": loss_nll, "gspo": loss_gspo, "cispo": loss_cispo, "kl_cov": loss_kl_cov}
 
 # %% ../nbs/14_trainer.ipynb #abe3bf9a
@@ -409,6 +410,7 @@ class Run:
         acc = self.acc
         self.algo, self.W, self.rank, self.main, self.device = self.cfg.algo, acc.num_processes, acc.process_index, acc.is_main_process, acc.device
         self.reduce = (lambda t: acc.reduce(t, "sum")) if self.W > 1 else None   # sum over processes (None: one process)
+        self.gather = accelerate_gather(acc) if self.W > 1 else None             # 1-D values of every process, joined (None: one process)
         self.ckpt, self.log = os.path.join(self.cfg.out_dir, "ckpt"), MetricsLog(os.path.join(self.cfg.out_dir, "metrics.jsonl"))
     @property
     def gen_model(self): return self.acc.unwrap_model(self.policy)
@@ -666,14 +668,15 @@ def _policy_step(run:Run, step:int, mb:Batch, old_logp, ref_logp, n_tok:float, n
         w = tis_weights(old, mb.ro.old_logp, m, level=level, mode=mode, c_max=algo.tis_c_max, c_min=algo.tis_c_min)
         adv = (adv if adv.dim() == 2 else adv[:, None].expand(m.shape)) * w
     keep = m.bool()
-    if algo.top_entropy_quantile < 1: keep = keep & high_entropy_mask(ent.detach(), m, algo.top_entropy_quantile)
+    # the entropy quantile and the covariance's centring are statistics of the global batch: every process takes part
+    if algo.top_entropy_quantile < 1: keep = keep & high_entropy_mask(ent.detach(), m, algo.top_entropy_quantile, gather=run.gather)
     if algo.clip_cov_ratio > 0:
         keep = keep & clip_cov_mask(logp.detach(), adv, m, clip_ratio=algo.clip_cov_ratio, cov_lb=algo.clip_cov_lb,
-                                    cov_ub=algo.clip_cov_ub, old_logp=old, eps_low=algo.eps_low, eps_high=algo.eps_high)
+                                    cov_ub=algo.clip_cov_ub, old_logp=old, eps_low=algo.eps_low, eps_high=algo.eps_high, reduce=run.reduce)
     # tokens outside `keep` stay in the loss's denominator and lose their gradient (TRL / verl: the same when beta = 0)
     lp = logp if algo.top_entropy_quantile >= 1 and algo.clip_cov_ratio <= 0 else torch.where(keep, logp, logp.detach())
     loss, pm = POLICY_LOSSES[algo.loss](algo, lp, old, ref_logp, adv, m,
-                                        max_tokens=cfg.max_new_tokens, global_tokens=max(n_tok, 1.0) if scale == W else None)
+                                        max_tokens=cfg.max_new_tokens, global_tokens=max(n_tok, 1.0) if scale == W else None, reduce=run.reduce)
     total = loss * scale
     if algo.mu > 0:
         if n_pos > 0:   # no correct response on any process: no LM term

@@ -17,13 +17,15 @@ def micro_model(d):
                               eval_n=0, n_train=2000, cache_dir=d, progress=False, max_digits=2, scratchpad=False))
 
 @pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun not installed")
-@pytest.mark.parametrize("algo", ["dapo", "ppo"])   # ppo: the critic's value loss also uses the global token count
+# ppo: the critic's value loss also uses the global token count; 80/20: the entropy quantile over both processes' tokens
+@pytest.mark.parametrize("algo", ["dapo", "ppo", "80/20"])
 def test_two_processes_match_one(tmp_path, algo):
     model = micro_model(tmp_path / "cache")
     code = "import sys; from rl_notes.cli import main; sys.exit(main())"
     script = tmp_path / "rl_notes_main.py"; script.write_text(code)
-    args = ["train", "--model", model, "--task-arg", "max_digits=2", "--task-arg", "scratchpad=false", "--algo", algo,
-            *(["--set", "cache_len=2", "--set", "max_rounds=2"] if algo == "dapo" else []), "--steps", "3", "--n-prompts", "4", "--group-size", "4",
+    sets = {"dapo": ["--set", "cache_len=2", "--set", "max_rounds=2"], "80/20": ["--set", "top_entropy_quantile=0.2", "--set", "beta=0"]}
+    args = ["train", "--model", model, "--task-arg", "max_digits=2", "--task-arg", "scratchpad=false", "--algo", "grpo" if algo == "80/20" else algo,
+            *sets.get(algo, []), "--steps", "3", "--n-prompts", "4", "--group-size", "4",
             "--max-new-tokens", "3" if algo == "dapo" else "5", "--n-eval", "8", "--eval-every", "3", "--n-train", "200", "--no-shard", "--quiet", "--threads", "1"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1"}
     one = subprocess.run([sys.executable, str(script), *args, "--out", str(tmp_path / "one")], capture_output=True, text=True, env=env, timeout=300)

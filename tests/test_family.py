@@ -17,7 +17,7 @@ from rl_notes.core import lockstep
 from rl_notes.grpo import group_advantages, grpo_loss
 from rl_notes.ppo import ppo_policy_loss
 from rl_notes.family import (rloo_advantages, reinforce_pp_advantages, gspo_loss, cispo_loss, tis_weights,
-                             high_entropy_mask, clip_cov_mask, kl_cov_loss, _token_cov)
+                             high_entropy_mask, accelerate_gather, clip_cov_mask, kl_cov_loss, _token_cov)
 
 torch.set_num_threads(1)
 trl_grpo = pytest.importorskip("trl.trainer.grpo_trainer")
@@ -226,6 +226,12 @@ def test_bad_input_names_the_argument():
              (lambda: tis_weights(logp, old, mask, c_max=-1.), "`c_max`"),
              (lambda: tis_weights(logp, old, mask[:, :3]), "`mask`"),
              (lambda: high_entropy_mask(old, mask, quantile=-0.1), "`quantile`"),
+             (lambda: high_entropy_mask(old, mask, gather="all"), "`gather` must be callable"),
+             (lambda: high_entropy_mask(old, mask, gather=lambda t: t.view(1, -1)), "`gather` must return a 1-D tensor"),
+             (lambda: high_entropy_mask(old, mask, gather=lambda t: t.tolist()), "`gather` must return a 1-D tensor"),
+             (lambda: clip_cov_mask(logp, adv, mask, reduce=0), "`reduce` must be callable"),
+             (lambda: clip_cov_mask(logp, adv, mask, reduce=lambda t: t.sum()), "`reduce` must return a tensor of the shape"),
+             (lambda: kl_cov_loss(logp, old, adv, mask, reduce="sum"), "`reduce` must be callable"),
              (lambda: clip_cov_mask(logp, adv, mask, clip_ratio=float('nan')), "`clip_ratio`"),
              (lambda: kl_cov_loss(logp, old, adv, mask, beta=-1.), "`beta`"),
              (lambda: rloo_advantages(torch.ones(6), 4), "`group_size`=4"),
@@ -234,6 +240,51 @@ def test_bad_input_names_the_argument():
         with pytest.raises(ValueError, match=name.replace("(", r"\(")):
             fn()
 
+
+# ---- data parallel: W processes simulated by `lockstep` threads
+
+class _LockstepAccelerator:
+    "Accelerate's `gather` and `pad_across_processes` for process `rank` of W `lockstep` threads, built from sums (exact: x + 0 = x)."
+    def __init__(self, reduce, rank, W): self.reduce, self.rank, self.num_processes = reduce, rank, W
+    def gather(self, t):
+        buf = torch.zeros(self.num_processes, *t.shape, dtype=torch.float64); buf[self.rank] = t.double()
+        return self.reduce(buf).to(t.dtype).reshape(-1, *t.shape[1:])          # the processes' tensors, concatenated on dim 0
+    def pad_across_processes(self, t, dim=0, pad_index=0):
+        n = self.gather(torch.tensor([t.shape[dim]]))                           # every process's length
+        pad = list(t.shape); pad[dim] = int(n.max()) - t.shape[dim]
+        return torch.cat([t, torch.full(pad, pad_index, dtype=t.dtype)], dim=dim)
+
+
+def _split(B, cuts):
+    "Row slices of W processes from sorted cut points in [0, B] (a process may hold no row)."
+    edges = [0, *sorted(cuts), B]
+    return [slice(a, b) for a, b in zip(edges[:-1], edges[1:])]
+
+
+@pytest.mark.parametrize("rho", [0.2, 0.05, 0.5, 1.0])
+def test_high_entropy_gather_matches_trl_across_processes(rho):
+    g = torch.Generator().manual_seed(11)
+    ent, mask = torch.rand(10, 24, generator=g) * 2, torch.rand(10, 24, generator=g) < 0.7
+    ent[:4] *= 0.3                                                              # process 0: the confident responses
+    parts = _split(10, [4])
+    def proc(red, i):
+        acc = _LockstepAccelerator(red, i, len(parts))
+        h = parts[i]
+        # TRL's code, unmodified, on a stand-in trainer whose accelerator gathers across the threads
+        theirs = GRPOTrainer.get_high_entropy_mask(SimpleNamespace(accelerator=acc), ent[h], mask[h].long(), 1 - rho)
+        return high_entropy_mask(ent[h], mask[h], rho, gather=accelerate_gather(acc)), theirs
+    out = lockstep([lambda red, i=i: proc(red, i) for i in range(len(parts))])
+    for ours, theirs in out: assert torch.equal(ours, theirs)                   # the same global threshold as TRL's
+    assert torch.equal(torch.cat([o for o, _ in out]), high_entropy_mask(ent, mask, rho))   # union = the whole batch
+    if rho < 1:
+        local = torch.cat([high_entropy_mask(ent[h], mask[h], rho) for h in parts])
+        assert not torch.equal(local, high_entropy_mask(ent, mask, rho))       # the local quantile is another mask
+
+
+def test_accelerate_gather_one_process():
+    t = torch.rand(5)
+    assert torch.equal(accelerate_gather(_Accelerator())(t), t)
+    assert accelerate_gather(_Accelerator())(torch.zeros(0)).numel() == 0
 
 # ---- properties (hypothesis)
 
@@ -303,3 +354,43 @@ def test_prop_cov_selection_counts(B, T, k, seed):
     n_cand = int((mask & (cov > -1e9) & (cov < 1e9)).sum())
     keep = clip_cov_mask(logp, adv, mask, clip_ratio=k, cov_lb=-1e9, cov_ub=1e9, generator=torch.Generator().manual_seed(seed))
     assert int((mask & ~keep).sum()) == (min(max(1, int(k * N)), n_cand) if k > 0 else 0)
+
+
+@SETTINGS
+@given(st.integers(1, 10), st.integers(1, 30), st.lists(st.integers(0, 10), min_size=1, max_size=3), st.floats(0.0, 1.0),
+       st.integers(0, 10_000))
+def test_prop_high_entropy_gather_union_is_whole_batch(B, T, cuts, rho, seed):
+    g = torch.Generator().manual_seed(seed)
+    ent, mask = torch.rand(B, T, generator=g), torch.rand(B, T, generator=g) < 0.6
+    parts = _split(B, [min(c, B) for c in cuts])
+    out = lockstep([lambda red, i=i, h=h: high_entropy_mask(ent[h], mask[h], rho, gather=accelerate_gather(_LockstepAccelerator(red, i, len(parts))))
+                    for i, h in enumerate(parts)])
+    assert torch.equal(torch.cat(out), high_entropy_mask(ent, mask, rho))
+
+
+@SETTINGS
+@given(st.integers(2, 10), st.integers(2, 30), st.lists(st.integers(0, 10), min_size=1, max_size=3), st.floats(0.0, 0.3),
+       st.integers(0, 10_000))
+def test_prop_cov_reduce_global_centring(B, T, cuts, r, seed):
+    logp, old, adv, mask = _batch(seed=seed, B=B, T=T, spread=0.05)
+    lp, adv = logp.detach() * 3, adv * 3 + torch.arange(B) / B                  # rows of unequal mean advantage
+    A = adv[:, None].expand_as(lp)
+    parts = _split(B, [min(c, B) for c in cuts])
+    cov_all = _token_cov(lp, A, mask)
+    cov_dp = torch.cat(lockstep([lambda red, h=h: _token_cov(lp[h], A[h], mask[h], red) for h in parts]))
+    torch.testing.assert_close(cov_dp[mask], cov_all[mask], rtol=1e-4, atol=1e-4)   # global centring means
+    assert (cov_dp[~mask] == -math.inf).all()
+    cand = lambda c: mask & (c > 1.0) & (c < 5.0)
+    far = ((cov_all - 1.0).abs() > 1e-3) & ((cov_all - 5.0).abs() > 1e-3)
+    assert torch.equal(cand(cov_dp) & far, cand(cov_all) & far)                 # the whole batch's candidate set
+    keep = torch.cat(lockstep([lambda red, h=h: clip_cov_mask(lp[h], adv[h], mask[h], clip_ratio=r, reduce=red,
+                                                              generator=torch.Generator().manual_seed(seed)) for h in parts]))
+    touched = mask & ~keep
+    assert not (touched & ~cand(cov_dp)).any() and not (keep & ~mask).any()
+    for h in parts:                                                             # each process: max(1, floor(r N_w)) of its candidates
+        n_w, c_w = int(mask[h].sum()), int(cand(cov_dp)[h].sum())
+        assert int(touched[h].sum()) == (min(max(1, int(r * n_w)), c_w) if r > 0 else 0)
+    fr = lockstep([lambda red, h=h: kl_cov_loss(logp[h], old[h], adv[h], mask[h], kl_ratio=r, reduce=red)[1]["kl_cov_frac"] for h in parts])
+    for h, f in zip(parts, fr):                                                 # each process: its max(1, floor(k N_w)) largest
+        n_w = int(mask[h].sum())
+        assert round(float(f) * n_w) == (min(max(1, int(r * n_w)), n_w) if r > 0 else 0)
