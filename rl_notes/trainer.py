@@ -246,6 +246,16 @@ POLICY_LOSSES = {"clip": loss_clip, "nll": loss_nll, "gspo": loss_gspo, "cispo":
 # fields that may change between a run and its resumption (they do not change what is computed)
 RUN_CONTROL = ("steps", "resume", "overwrite", "stop_at", "save_every", "progress", "out_dir", "threads")
 
+def _dataset_arg(v) -> str|None:
+    "A `check` for `TrainConfig.dataset`: None, a path, or a `datasets.Dataset` / `DatasetDict` (anything with `column_names`)."
+    if v is None or isinstance(v, (str, os.PathLike)) or hasattr(v, "column_names"): return None
+    return "must be None, a path, or a datasets.Dataset / DatasetDict"
+
+def _dataset_label(v) -> str:
+    "How config.json records a dataset object: its type and content fingerprint(s), equal for equal data (so a resume can check it)."
+    fp = getattr(v, "_fingerprint", None) or {k: getattr(d, "_fingerprint", None) for k, d in v.items()}
+    return f"{type(v).__name__}(fingerprint={fp})"
+
 def _reward_specs(v) -> str|None:
     "A `check` for `TrainConfig.reward`: None, or a non-empty list of 'module:function' strings or callables."
     if v is None: return None
@@ -267,7 +277,7 @@ class TrainConfig:
     algo: str|Algo = "grpo"  # preset name or `Algo`
     task: str = "addition"  # task name for `rl_notes.tasks.get_task`
     task_kw: dict = field(default_factory=dict)  # keyword arguments of the task
-    dataset: str|None = None  # prompts from a local dataset with a `prompt` column (jsonl / json / parquet / csv file, or a `save_to_disk` directory); None: the task's
+    dataset: object = _f(None, check=lambda v: _dataset_arg(v))  # prompts with a `prompt` column: a path (jsonl / json / parquet / csv file, `save_to_disk` directory), a `datasets.Dataset` or `DatasetDict`; None: the task's
     reward: list|None = _f(None, check=lambda v: _reward_specs(v))  # reward functions with TRL's signature, "module:function" / "file.py:function" or callables; None: the task's verifier
     reward_weights: list[float]|None = None  # one weight per reward function; None: all 1
     steps: int = _f(100, ge=0)  # RL steps (one rollout batch each)
@@ -305,6 +315,7 @@ class TrainConfig:
 
     def __post_init__(self):
         if isinstance(self.reward, str) or callable(self.reward): self.reward = [self.reward]   # one function
+        if isinstance(self.dataset, os.PathLike): self.dataset = os.fspath(self.dataset)
         if isinstance(self.algo, str): self.algo = get_algo(self.algo)
         elif isinstance(self.algo, dict): self.algo = Algo(**_known(Algo, self.algo))   # e.g. from config.json
         validate_config(self)
@@ -321,8 +332,9 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.reward_weights has {len(self.reward_weights)} weights for {len(self.reward or [])} reward functions")
 
     def to_dict(self):
-        "JSON-able: a reward function given as a callable is written as its 'module:qualname'."
-        d = asdict(self)
+        "JSON-able: a reward function given as a callable is written as its 'module:qualname', a dataset object as its fingerprint."
+        d = asdict(dataclasses.replace(self, dataset=None))   # a dataset object is not deep-copied
+        d["dataset"] = self.dataset if self.dataset is None or isinstance(self.dataset, str) else _dataset_label(self.dataset)
         if d["reward"] is not None: d["reward"] = [r if isinstance(r, str) else f"{r.__module__}:{reward_name(r)}" for r in self.reward]
         return d
     @classmethod
@@ -451,7 +463,8 @@ def _data(cfg:TrainConfig, task) -> tuple[list, list, RewardSet]:
         train_rows, test_rows, where = tr.to_list(), te.to_list()[:cfg.n_eval], f"task {cfg.task!r}"
     else:
         tr, te = load_dataset_splits(cfg.dataset, seed=cfg.seed)
-        train_rows, test_rows, where = tr.to_list()[:cfg.n_train], te.to_list()[:cfg.n_eval], f"TrainConfig.dataset {cfg.dataset!r}"
+        name = cfg.dataset if isinstance(cfg.dataset, str) else _dataset_label(cfg.dataset)
+        train_rows, test_rows, where = tr.to_list()[:cfg.n_train], te.to_list()[:cfg.n_eval], f"TrainConfig.dataset {name!r}"
         check_prompts(train_rows + test_rows, where)
     if cfg.reward: rewards = RewardSet(cfg.reward, cfg.reward_weights)
     else:

@@ -185,3 +185,20 @@ def test_model_without_tokenizer_and_chat_without_template(world, tmp_path, caps
     assert main(["train", "--model", str(tmp_path / "char"), "--out", str(tmp_path / "b")] + base) == 2
     err = capsys.readouterr().err.strip()
     assert "chat template" in err and len(err.splitlines()) == 1, err
+
+
+def test_dataset_object_with_test_split(world):
+    "A DatasetDict passed as is: its test split is held out; config.json records it by fingerprint, and a resume accepts it."
+    from datasets import Dataset, DatasetDict
+    from rl_notes.trainer import setup
+    root, model = world
+    rows = [{"prompt": [{"role": "user", "content": q}], "answer": a} for q, a in QUESTIONS]
+    dd = DatasetDict(train=Dataset.from_list(rows * 2), test=Dataset.from_list(rows[:3]))
+    cfg = _cfg(root, model, "dsobj", dataset=dd, steps=2, n_eval=5, save_every=1, stop_at=1)
+    with setup(cfg) as run:
+        assert (len(run.train_rows), len(run.test_rows)) == (16, 3)
+    train(cfg)                                                   # stops after step 1, as if killed
+    assert json.loads((root / "dsobj" / "config.json").read_text())["dataset"].startswith("DatasetDict(fingerprint=")
+    import dataclasses
+    rows_out = train(dataclasses.replace(cfg, overwrite=False, resume=True, stop_at=None))
+    assert [r["step"] for r in rows_out] == [0, 1, 2]
