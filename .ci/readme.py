@@ -2,7 +2,8 @@
 """Write README.md from nbs/index.ipynb (nbdev's readme_nb) without Quarto, which nbdev_readme needs and these
 machines cannot install. Markdown cells are copied; code cells become ```python blocks followed by their text
 output; cells starting with `#| hide` are skipped. `--check` exits 1 if README.md would change. The marker `<!-- verdicts -->` becomes a table of
-the `VERDICT` lines printed in the outputs of nbs/*.ipynb."""
+the `VERDICT` lines printed in the outputs of nbs/*.ipynb, and the marker `<!-- results -->` becomes rows (what | result | notebook) of
+the `RESULT what | result` lines printed there, so that no number in those tables is typed by hand."""
 import json, sys, pathlib
 root = pathlib.Path(__file__).resolve().parent.parent
 nb = json.loads((root / "nbs" / "index.ipynb").read_text(encoding="utf-8"))
@@ -36,6 +37,16 @@ for f in sorted((root / "nbs").glob("*.ipynb")):
                     rows.append(f"| {tag} | {verdict} | {effect} | {cond} | `{f.stem}` |")
 table = ("| claim | verdict | effect (± s.e.) | conditions | notebook |\n|---|---|---|---|---|\n" + "\n".join(rows)) if rows else "(no VERDICT lines in the notebooks' outputs)"
 out = [o.replace(MARK, table) for o in out]
+# the RESULT lines, as rows of the results table where index.ipynb has the marker (right below the table's header)
+RMARK, res = "<!-- results -->", []
+for f in sorted((root / "nbs").glob("*.ipynb")):
+    for c in json.loads(f.read_text(encoding="utf-8"))["cells"]:
+        for o in c.get("outputs", []) if c["cell_type"] == "code" else []:
+            for line in "".join(o.get("text", "")).splitlines() if o.get("output_type") == "stream" else []:
+                if line.startswith("RESULT ") and " | " in line:
+                    what, result = line[len("RESULT "):].split(" | ", 1)
+                    res.append(f"| {what} | {result} | `{f.stem}` |")
+out = [o.replace(RMARK, "\n".join(res) if res else "| (no RESULT lines in the notebooks' outputs) | | |") for o in out]
 readme = "<!-- generated from nbs/index.ipynb by .ci/readme.py: edit the notebook, not this file -->\n\n" + "\n\n".join(out) + "\n"
 path = root / "README.md"
 if "--check" in sys.argv:
