@@ -12,8 +12,9 @@ import torch
 from datasets import Dataset, DatasetDict, load_dataset, load_from_disk, are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
 
 # %% auto #0
-__all__ = ['DATA_SUFFIXES', 'F32_MAX', 'is_conversational', 'check_prompts', 'load_dataset_splits', 'render_prompts',
-           'completions_for', 'RewardFunctionError', 'reward_name', 'load_reward_function', 'RewardSet']
+__all__ = ['DATA_SUFFIXES', 'F32_MAX', 'is_conversational', 'check_prompts', 'read_source', 'load_dataset_splits',
+           'render_prompts', 'completions_for', 'RewardFunctionError', 'reward_name', 'load_reward_function',
+           'reward_spec', 'RewardSet']
 
 # %% ../nbs/09_data.ipynb #43f23ecb
 def _describe(x) -> str:
@@ -64,7 +65,8 @@ def _first_line(e:BaseException) -> str:
     lines = str(e).strip().splitlines()
     return lines[0] if lines else ""
 
-def _read_source(source) -> tuple:
+def read_source(source,  # a Dataset, a DatasetDict, a .jsonl/.json/.parquet/.csv file or a `save_to_disk` directory
+               ) -> tuple:
     "`(Dataset or DatasetDict, description for errors)` from a dataset object, a data file or a `save_to_disk` directory."
     if isinstance(source, (Dataset, DatasetDict)): return source, f"the given {type(source).__name__}"
     if not isinstance(source, (str, os.PathLike)):
@@ -110,7 +112,7 @@ def load_dataset_splits(source,  # a Dataset, a DatasetDict, a .jsonl/.json/.par
     if isinstance(test_frac, bool) or not isinstance(test_frac, numbers.Real) or not 0 < test_frac < 1:
         raise ValueError(f"`test_frac` must be a number in (0, 1), got {test_frac!r}")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0: raise ValueError(f"`seed` must be an int >= 0, got {seed!r}")
-    data, what = _read_source(source)
+    data, what = read_source(source)
     if isinstance(data, DatasetDict):
         names = list(data)
         others = [n for n in names if n != test_split]  # candidates for training
@@ -289,7 +291,8 @@ def _batch(rows, responses, group_size:int) -> tuple[list, list, dict]:
     return prompts, completions_for(prompts, responses), columns
 
 # %% ../nbs/09_data.ipynb #ce117fe8
-def _spec_of(f) -> str:
+def reward_spec(f,  # a spec string or a callable (a `functools.partial` is unwrapped)
+               ) -> str:
     "A spec string for a run log: the spec itself, or 'module:qualname' of a callable."
     if isinstance(f, str): return f
     while isinstance(f, functools.partial): f = f.func
@@ -336,11 +339,11 @@ class RewardSet:
         if isinstance(funcs, str) or callable(funcs): funcs = [funcs]
         funcs = list(funcs)
         if not funcs: raise ValueError("`funcs` is empty: a RewardSet needs at least one reward function")
-        self.specs = [_spec_of(f) for f in funcs]
+        self.specs = [reward_spec(f) for f in funcs]
         self.funcs = [load_reward_function(f) for f in funcs]
         self.weights, self.names = _weights(weights, len(funcs)), _unique_names(self.funcs)
         self.parsed = None if parsed is None else load_reward_function(parsed)
-        self.parsed_spec = None if parsed is None else _spec_of(parsed)
+        self.parsed_spec = None if parsed is None else reward_spec(parsed)
 
     def score(self,
               rows,  # n_prompts rows: a Dataset, or a list of dicts with a `prompt`

@@ -8,7 +8,7 @@ import functools, hashlib, os, random, re, threading
 from pathlib import Path
 import torch
 from datasets import Dataset, DatasetDict, Value, concatenate_datasets
-from .data import RewardSet, _read_source, load_dataset_splits
+from .data import RewardSet, read_source, load_dataset_splits
 
 # %% auto #0
 __all__ = ['CHARS', 'SPLITS', 'MATH_INSTRUCTION', 'TASKS', 'Task', 'Addition', 'parse_expression', 'Countdown', 'TaskReward',
@@ -440,7 +440,7 @@ class Math(Task):
         "`(train, test)`: the file's rows with prompts and gold answers, split by `load_dataset_splits`."
         if not Path(self.data_files).expanduser().exists():
             raise ValueError(f"`data_files` path {self.data_files!r} does not exist (a local file or `save_to_disk` directory)")
-        try: data, _ = _read_source(self.data_files)
+        try: data, _ = read_source(self.data_files)
         except ValueError as e: raise ValueError(f"`data_files` {self.data_files!r}: {e}") from None
         data = (DatasetDict({k: self._prepare(v, f"split {k!r} row") for k, v in data.items()}) if isinstance(data, DatasetDict)
                 else self._prepare(data, "row"))

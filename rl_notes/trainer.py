@@ -18,7 +18,7 @@ from .dapo import dynamic_sample, overlong_filter_mask, soft_overlong_punishment
 from .vapo import decoupled_gae, positive_lm_loss, value_pretrain_loss
 from .family import (rloo_advantages, reinforce_pp_advantages, gspo_loss, cispo_loss, kl_cov_loss, tis_weights,
                              high_entropy_mask, clip_cov_mask, accelerate_gather)
-from .data import RewardSet, load_dataset_splits, check_prompts, render_prompts, reward_name
+from .data import RewardSet, load_dataset_splits, render_prompts, reward_spec
 from .tasks import get_task
 from .models import load_model, load_reward_model, apply_lora, enable_gradient_checkpointing, _quiet_hf
 from .rollout import Rollout, NonFiniteLogits, generate, response_logprobs, evaluate
@@ -335,7 +335,7 @@ class TrainConfig:
         "JSON-able: a reward function given as a callable is written as its 'module:qualname', a dataset object as its fingerprint."
         d = asdict(dataclasses.replace(self, dataset=None))   # a dataset object is not deep-copied
         d["dataset"] = self.dataset if self.dataset is None or isinstance(self.dataset, str) else _dataset_label(self.dataset)
-        if d["reward"] is not None: d["reward"] = [r if isinstance(r, str) else f"{r.__module__}:{reward_name(r)}" for r in self.reward]
+        if d["reward"] is not None: d["reward"] = [reward_spec(r) for r in self.reward]   # as `RewardSet.config` writes them
         return d
     @classmethod
     def from_dict(cls, d:dict) -> TrainConfig:
@@ -448,7 +448,7 @@ def _models(cfg:TrainConfig, acc) -> dict:
         policy = apply_lora(policy, r=cfg.lora_r, alpha=cfg.lora_alpha, dropout=cfg.lora_dropout, target_modules=cfg.lora_target_modules)
     if cfg.gradient_checkpointing:
         for m in (policy, critic):
-            if m is not None and hasattr(m, "gradient_checkpointing_enable"): enable_gradient_checkpointing(m)
+            if m is not None and hasattr(m, "activation_checkpointing_enable"): enable_gradient_checkpointing(m)   # a transformers model (not the critic's ValueModel)
     params = [p for p in policy.parameters() if p.requires_grad]   # all of them, or LoRA's adapters
     policy, opt = acc.prepare(policy, torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay))
     copt = None
@@ -465,7 +465,6 @@ def _data(cfg:TrainConfig, task) -> tuple[list, list, RewardSet]:
         tr, te = load_dataset_splits(cfg.dataset, seed=cfg.seed)
         name = cfg.dataset if isinstance(cfg.dataset, str) else _dataset_label(cfg.dataset)
         train_rows, test_rows, where = tr.to_list()[:cfg.n_train], te.to_list()[:cfg.n_eval], f"TrainConfig.dataset {name!r}"
-        check_prompts(train_rows + test_rows, where)
     if cfg.reward: rewards = RewardSet(cfg.reward, cfg.reward_weights)
     else:
         rewards = task.reward_set()
