@@ -114,6 +114,24 @@ def main():
             fmt = lambda v: "-" if v is None else f"{v:.1e}"
             ratio = f"{r['time'] / b['time']:.2f}x" if b else "-"
             print(f"| {shape} | {'fwd+bwd' if bw else 'fwd'} | {m} | {r['time']:.3f} | {ratio} | {r['extra']:.3f} | {fmt(r['err_lp'])} | {fmt(r['err_ent'])} |")
+    # the summary lines (RESULT what | result) that the notebooks print and README's results table collects
+    Vmax = max(s[2] for s in shapes)
+    big = [(bw, res) for (s, bw, res) in rows if s[2] == Vmax]
+    def span(bw, m, base, key="time"):
+        v = [res[m][key] / (res[base][key] if base else 1) for b, res in big if b == bw and res.get(m) and (base is None or res.get(base))]
+        d = 3 if key == "extra" else 2      # extra memory: 0.004x is not 0.00x
+        return (f"{min(v):.{d}f}x-{max(v):.{d}f}x" if len(v) > 1 and f"{min(v):.{d}f}" != f"{max(v):.{d}f}" else f"{v[0]:.{d}f}x") if v else "-"
+    def worst(bw, m, key):
+        v = [res[m][key] for b, res in big if b == bw and res.get(m) and res[m][key] is not None]
+        return f"{max(v):.1e}" if v else "-"
+    shp = ", ".join(str(s) for s in shapes if s[2] == Vmax)
+    print(f"RESULT `logprobs_from_logits` vs TRL's `selective_log_softmax`, {shp}, {threads} thread(s) | forward {span(0, 'rl_notes', 'trl')} "
+          f"the time, {span(0, 'rl_notes', None, 'extra')} the logits in extra memory (TRL {span(0, 'trl', None, 'extra')}); forward + backward "
+          f"{span(1, 'rl_notes', 'trl')} the time at {span(1, 'rl_notes', None, 'extra')} the logits (the gradient alone: "
+          f"{span(1, FLOOR, None, 'extra')}; TRL {span(1, 'trl', None, 'extra')})")
+    print(f"RESULT `logprobs_and_entropy` vs TRL's `selective_log_softmax` + `entropy_from_logits`, same shapes | forward "
+          f"{span(0, 'rl_notes_ent', 'trl_ent')} the time; entropy error {worst(0, 'rl_notes_ent', 'err_ent')} (TRL "
+          f"{worst(0, 'trl_ent', 'err_ent')}), log-prob error {worst(0, 'rl_notes', 'err_lp')}")
 
 if __name__ == "__main__":
     main()

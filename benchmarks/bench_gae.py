@@ -51,7 +51,6 @@ def main():
     dev = a.device
     print(f"# bench_gae: torch {torch.__version__}, device {dev}"
           + (f" ({torch.cuda.get_device_name()})" if dev == "cuda" else f" ({cpu_name()}), {a.threads} thread(s)"))
-    rows = []
     # (name, B, T, p_inside, right_pad, gamma*lam list)
     cases = [("B=64,T=8192, no padding", 64, 8192, 0.0, False, [0.95]),
              ("B=64,T=8192, 30% masked + right pad", 64, 8192, 0.3, True, [0.95])]
@@ -59,8 +58,9 @@ def main():
         cases += [("B=8,T=32768", 8, 32768, 0.0, False, [0.9, 0.95, 0.99, 1.0]),
                   ("B=8,T=32768, 30% masked + pad", 8, 32768, 0.3, True, [0.99, 1.0]),
                   ("B=1,T=131072", 1, 131072, 0.0, False, [0.9, 0.95, 0.99, 1.0])]
-    print(f"| case | gamma*lam | loop ms | gae ms | speed-up | max err gae (fp32) | max err loop (fp32) | finite |")
-    print(f"|---|---|---|---|---|---|---|---|")
+    print("| case | gamma*lam | loop ms | gae ms | speed-up | max err gae (fp32) | max err loop (fp32) | finite |")
+    print("|---|---|---|---|---|---|---|---|")
+    res = []
     for name, B, T, p, pad, gls in cases:
         r64, v64, m = make(B, T, p, pad, device=dev)
         r32, v32 = r64.float(), v64.float()
@@ -75,5 +75,11 @@ def main():
             t_fast = timeit(lambda: gae(r32, v32, m, 1.0, gl), a.repeats, dev)
             t_loop = timeit(lambda: gae_reference(r32, v32, m, 1.0, gl), max(3, a.repeats // 2), dev)
             print(f"| {name} | {gl} | {t_loop*1e3:.1f} | {t_fast*1e3:.2f} | {t_loop/t_fast:.0f}x | {err:.1e} | {err_loop:.1e} | {finite} |")
+            res.append((name, gl, t_loop / t_fast, err, finite))
+    # the summary line (RESULT what | result) that 02_ppo prints and README's results table collects
+    sp = {n: [r[2] for r in res if r[0] == n] for n in dict.fromkeys(r[0] for r in res)}   # speed-ups per case, over gamma*lam
+    print(f"\nRESULT `gae` vs the per-timestep loop, float32, {'CUDA' if dev == 'cuda' else f'{a.threads} CPU thread(s)'} | "
+          + ", ".join(f"{min(v):.0f}x" + (f"-{max(v):.0f}x" if len(v) > 1 else "") + f" ({n})" for n, v in sp.items())
+          + f"; largest error {max(r[3] for r in res):.1e}, all finite: {all(r[4] for r in res)}")
 
 if __name__ == "__main__": main()

@@ -6,7 +6,7 @@ TRL/ours ratios. Both sides: no KL term (beta 0), one generation and one optimiz
 
     python benchmarks/bench_grpo_step.py [--steps 10] [--warmup 3] [--threads 2]
 """
-import argparse, json, os, platform, statistics, subprocess, tempfile, time
+import argparse, os, platform, statistics, subprocess, tempfile, time
 import torch
 
 def cpu_name():

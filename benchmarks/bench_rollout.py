@@ -26,8 +26,8 @@ def main():
     prompts = list(task.dataset(16, seed=0)["prompt"])
     print(f"CPU: {cpu_name()} | torch {torch.__version__} | threads {a.threads} | "
           f"{sum(p.numel() for p in model.parameters())/1e6:.2f}M params | 16 prompts x G=8")
-    print(f"| max_new_tokens | method | median CPU s | response tokens/s | ratio vs HF generate + logp pass |")
-    print(f"|---|---|---|---|---|")
+    print("| max_new_tokens | method | median CPU s | response tokens/s | ratio vs HF generate + logp pass |")
+    print("|---|---|---|---|---|")
     for T in (8, 40):
         def ours(cache="dynamic"):
             ro = generate(model, tok, prompts, 8, T, temperature=1.0, seed=0, cache=cache)

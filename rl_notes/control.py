@@ -33,6 +33,7 @@ def mlp(sizes:list[int],  # layer widths, input first, output last
         layers += [lin] if last else [lin, act()]
     return nn.Sequential(*layers)
 
+# %% ../nbs/16_control.ipynb #431ca29b
 class CategoricalHead(nn.Module):
     "Policy head for discrete actions: hidden -> logits -> Categorical."
     def __init__(self, hidden:int, n_actions:int, gain:float=0.01):
@@ -53,6 +54,7 @@ class GaussianHead(nn.Module):
         mu = self.mean(h)
         return torch.distributions.Independent(torch.distributions.Normal(mu, self.log_std.exp().expand_as(mu)), 1)
 
+# %% ../nbs/16_control.ipynb #db4093ed
 class ActorCritic(nn.Module):
     "MLP actor-critic for classic control: separate (or shared) tanh trunks, a policy head and a scalar value head."
     def __init__(self,

@@ -199,6 +199,7 @@ ADVANTAGE_ESTIMATORS = {"group": adv_group, "group-mean-only": adv_group_mean, "
                         "rloo": adv_rloo, "reinforce_pp": adv_reinforce_pp}
 CRITIC_ESTIMATORS = ("gae",)  # the estimators that read `batch.values` (the run builds a critic for them)
 
+# %% ../nbs/14_trainer.ipynb #bd40e055
 def loss_clip(algo:Algo,
               logp:torch.Tensor,  # (b, T) log-probs under the policy being trained
               old_logp:torch.Tensor,  # (b, T) log-probs under the policy that sampled
@@ -456,6 +457,7 @@ def _models(cfg:TrainConfig, acc) -> dict:
         critic, copt = acc.prepare(critic, torch.optim.AdamW(critic.parameters(), lr=cfg.critic_lr, weight_decay=cfg.weight_decay))
     return dict(policy=policy, opt=opt, ref=ref, critic=critic, copt=copt, tok=tok)
 
+# %% ../nbs/14_trainer.ipynb #7edcd7d4
 def _data(cfg:TrainConfig, task) -> tuple[list, list, RewardSet]:
     "(training rows, held-out rows, what scores responses): a dataset's prompts or the task's; the reward functions or the task's verifier."
     if cfg.dataset is None:
@@ -474,28 +476,6 @@ def _data(cfg:TrainConfig, task) -> tuple[list, list, RewardSet]:
     if len(train_rows) < cfg.n_prompts:
         raise ValueError(f"{where} holds {len(train_rows)} training prompts, fewer than TrainConfig.n_prompts ({cfg.n_prompts})")
     return train_rows, test_rows, rewards
-
-def setup(cfg:TrainConfig,  # the run
-          accelerator=None,  # an `accelerate.Accelerator`; default: a new one (CPU, GPU or `accelerate launch` settings)
-         ) -> Run:  # use as `with setup(cfg) as run:` (the lock on out_dir is released at the end)
-    "Task data, models and optimizers on the accelerator's device; out_dir locked and checked; the checkpoint loaded on resume."
-    if accelerator is None:
-        from accelerate import Accelerator  # heavy: loads torch.distributed
-        accelerator = Accelerator()
-    W = accelerator.num_processes
-    if cfg.n_prompts % W: raise ValueError(f"TrainConfig.n_prompts ({cfg.n_prompts}) must be divisible by the number of processes ({W})")
-    if (cfg.n_prompts // W * cfg.group_size) % cfg.n_minibatches:
-        raise ValueError(f"rows per process ({cfg.n_prompts // W * cfg.group_size}) must be divisible by n_minibatches ({cfg.n_minibatches})")
-    if not cfg.model or not os.path.isdir(cfg.model): raise FileNotFoundError(f"model path {cfg.model!r} is not a directory")
-    if cfg.threads: torch.set_num_threads(cfg.threads)
-    seed_everything(cfg.seed)
-    task = get_task(cfg.task, **cfg.task_kw)
-    train_rows, test_rows, rewards = _data(cfg, task)
-    run = Run(cfg, accelerator, task, train_rows, test_rows, rewards=rewards, **_models(cfg, accelerator))
-    render_prompts(run.tok, [train_rows[0]["prompt"]])   # chat messages and a tokenizer without a chat template: refused before any work
-    try: _open_dir(run)
-    except BaseException: run.close(); raise
-    return run
 
 # %% ../nbs/14_trainer.ipynb #3b8fa176
 def _on_main(acc, fn):
@@ -534,6 +514,29 @@ def _open_dir(run:Run):
         if cfg.report_to != "none": run.reporter = Reporter(cfg.report_to, cfg.out_dir, cfg.to_dict())
     run.rows = rows
     run.acc.wait_for_everyone()
+
+# %% ../nbs/14_trainer.ipynb #dad13968
+def setup(cfg:TrainConfig,  # the run
+          accelerator=None,  # an `accelerate.Accelerator`; default: a new one (CPU, GPU or `accelerate launch` settings)
+         ) -> Run:  # use as `with setup(cfg) as run:` (the lock on out_dir is released at the end)
+    "Task data, models and optimizers on the accelerator's device; out_dir locked and checked; the checkpoint loaded on resume."
+    if accelerator is None:
+        from accelerate import Accelerator  # heavy: loads torch.distributed
+        accelerator = Accelerator()
+    W = accelerator.num_processes
+    if cfg.n_prompts % W: raise ValueError(f"TrainConfig.n_prompts ({cfg.n_prompts}) must be divisible by the number of processes ({W})")
+    if (cfg.n_prompts // W * cfg.group_size) % cfg.n_minibatches:
+        raise ValueError(f"rows per process ({cfg.n_prompts // W * cfg.group_size}) must be divisible by n_minibatches ({cfg.n_minibatches})")
+    if not cfg.model or not os.path.isdir(cfg.model): raise FileNotFoundError(f"model path {cfg.model!r} is not a directory")
+    if cfg.threads: torch.set_num_threads(cfg.threads)
+    seed_everything(cfg.seed)
+    task = get_task(cfg.task, **cfg.task_kw)
+    train_rows, test_rows, rewards = _data(cfg, task)
+    run = Run(cfg, accelerator, task, train_rows, test_rows, rewards=rewards, **_models(cfg, accelerator))
+    render_prompts(run.tok, [train_rows[0]["prompt"]])   # chat messages and a tokenizer without a chat template: refused before any work
+    try: _open_dir(run)
+    except BaseException: run.close(); raise
+    return run
 
 # %% ../nbs/14_trainer.ipynb #87c59466
 def _rollout_metrics(run:Run, first:dict, keep:torch.Tensor, mt:Meter):
