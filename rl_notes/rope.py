@@ -160,9 +160,11 @@ def _rotate(x, c, s, layout):
         except RuntimeError: pass  # strides that view_as_complex rejects: use the strided path below
     T, h = x.shape[-2], x.shape[-1] // 2
     rows = max(1, _CHUNK // h)
-    if x.ndim != 4 or x.numel() < 4 * _CHUNK or T <= rows:  # small: one pass over the whole tensor
+    # one pass over the whole tensor when it is small, or when torch runs several threads: a block of _CHUNK elements is
+    # no larger than ATen's parallel grain (32768), so the blocked loop below would run every op on one thread
+    if x.ndim != 4 or x.numel() < 4 * _CHUNK or T <= rows or torch.get_num_threads() > 1:
         _rotate_into(x, c, s, out, layout); return out
-    # large: per head, blocks of `rows` positions, so that o_1 is still in cache when addcmul_ reads it back
+    # large, one thread: per head, blocks of `rows` positions, so that o_1 is still in cache when addcmul_ reads it back
     for b in range(x.shape[0]):
         cb, sb = (c, s) if c.ndim == 2 else (c[b, 0], s[b, 0])
         for hd in range(x.shape[1]):

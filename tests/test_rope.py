@@ -101,8 +101,10 @@ def test_matches_transformers_llama(head_dim, Hq, Hkv):
 
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_blocked_path_matches_small_path(layout, dtype):
-    "Large tensors go through the per-head, blocked path; it must equal the reference formula, per-row tables included."
+@pytest.mark.parametrize("threads", [1, 2])
+def test_blocked_path_matches_small_path(layout, dtype, threads, monkeypatch):
+    "Large tensors on one thread go through the per-head, blocked path (on several, one pass); both must equal the reference formula, per-row tables included."
+    monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
     torch.manual_seed(2)
     q = torch.randn(2, 1200, 3, 64, dtype=dtype).transpose(1, 2)                       # (B, H, T, D), non-contiguous
     pid = torch.stack([torch.arange(1200), torch.arange(1200) + 33])
