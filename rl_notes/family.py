@@ -8,11 +8,12 @@ import math
 from typing import Callable
 import torch
 from .core import agg_loss, check_shapes, masked_mean, masked_sum, masked_whiten
+from .ppo import policy_ratio, clip_metrics
 from .grpo import group_advantages
 
 # %% auto #0
 __all__ = ['TIS_LEVELS', 'TIS_MODES', 'rloo_advantages', 'reinforce_pp_advantages', 'gspo_loss', 'cispo_loss', 'tis_weights',
-           'high_entropy_mask', 'accelerate_gather', 'clip_cov_mask', 'kl_cov_loss']
+           'high_entropy_mask', 'accelerate_gather', 'clip_cov_mask', 'kl_cov_loss', 'nll_loss']
 
 # %% ../nbs/07_family.ipynb #9c07ae4b
 def rloo_advantages(rewards:torch.Tensor,  # (B,) scalar reward per response, B = n_prompts * group_size, groups adjacent
@@ -42,32 +43,12 @@ def reinforce_pp_advantages(rewards:torch.Tensor,  # (B,) scalar reward per resp
     return masked_whiten(a, torch.ones_like(a, dtype=torch.bool), eps=eps, reduce=reduce)
 
 # %% ../nbs/07_family.ipynb #06bba0e3
-def _token_inputs(logp, old_logp, adv, mask):
-    "Checked (B, T) inputs of a policy loss: the bool mask, advantages as (B, T) (0 where masked), the log-ratio clamped to [-20, 20] (0 where masked)."
-    if not isinstance(logp, torch.Tensor) or logp.dim() != 2:
-        raise ValueError(f"`logp` must be a (B, T) tensor, got {getattr(logp, 'shape', type(logp))}")
-    check_shapes(logp, "logp", old_logp=old_logp, mask=mask)
-    if not isinstance(adv, torch.Tensor): raise ValueError(f"`adv` must be a torch.Tensor, got {type(adv).__name__}")
-    if adv.shape == logp.shape[:1]: adv = adv[:, None].expand_as(logp)   # (B,) -> (B, T)
-    if adv.shape != logp.shape: raise ValueError(f"`adv` must be (B, T) = {tuple(logp.shape)} or (B,), got {tuple(adv.shape)}")
-    m = mask if mask.dtype == torch.bool else mask != 0
-    zero = torch.zeros((), dtype=logp.dtype, device=logp.device)
-    adv = torch.where(m, adv, zero.to(adv.dtype))
-    log_ratio = torch.where(m, logp - old_logp, zero).clamp(-20, 20)
-    return m, adv, log_ratio
-
 def _check_eps(**eps):
-    "Raise a ValueError naming the first clip bound that is not a finite number >= 0 (None passes)."
+    "Raise a ValueError naming the first bound that is not a finite number >= 0 (None passes)."
     for k, v in eps.items():
         if v is not None and not (isinstance(v, (int, float)) and v >= 0 and math.isfinite(v)):
             raise ValueError(f"`{k}` must be a finite number >= 0, got {v!r}")
 
-def _ratio_metrics(ratio, log_ratio, m) -> dict:
-    "Diagnostics of a token-level ratio (detached): k3 and k1 estimates of KL(old || new), mean and max ratio."
-    with torch.no_grad():
-        f = lambda x: masked_mean(x.to(ratio.dtype), m)
-        return dict(approx_kl=f(ratio - 1 - log_ratio), ppo_kl=f(-log_ratio), ratio_mean=f(ratio),
-                    ratio_max=ratio.masked_fill(~m, 0).max() if m.any() else ratio.new_tensor(0.))
 
 # %% ../nbs/07_family.ipynb #864e88e7
 def gspo_loss(logp:torch.Tensor,  # (B, T) log pi_theta of the sampled tokens (requires grad)
@@ -81,8 +62,8 @@ def gspo_loss(logp:torch.Tensor,  # (B, T) log pi_theta of the sampled tokens (r
               global_tokens:float|None=None,  # global token count for agg="token-mean" under data parallelism
              ) -> tuple[torch.Tensor, dict]:  # scalar loss to minimise, metrics
     "GSPO loss: the PPO clipped surrogate with one ratio per sequence, the geometric mean of its token ratios (GSPO-token form)."
-    m, adv, log_ratio = _token_inputs(logp, old_logp, adv, mask)
-    _check_eps(eps_low=eps_low, eps_high=eps_high)
+    pr = policy_ratio(logp, old_logp, adv, mask, eps_low, eps_high)   # checked inputs; the token ratio's diagnostics
+    m, adv, log_ratio = pr.mask, pr.adv, pr.log_ratio
     # $\log s_i = \frac{1}{|y_i|}\sum_t \log\frac{\pi_\theta(y_{i,t})}{\pi_{\mathrm{old}}(y_{i,t})}$
     log_s = masked_mean(log_ratio, m, dim=-1)                      # (B,)
     lp = torch.where(m, logp, torch.zeros((), dtype=logp.dtype, device=logp.device))
@@ -91,16 +72,14 @@ def gspo_loss(logp:torch.Tensor,  # (B, T) log pi_theta of the sampled tokens (r
     # $\ell_{i,t} = \max\big(-s_{i,t} A_{i,t},\ -\mathrm{clip}(s_{i,t}, 1-\varepsilon_{low}, 1+\varepsilon_{high}) A_{i,t}\big)$
     pg1, pg2 = -adv * s, -adv * s.clamp(1 - eps_low, 1 + eps_high)
     loss = agg_loss(torch.maximum(pg1, pg2), m, agg, max_tokens=max_tokens, global_tokens=global_tokens)
+    clipped, clips = clip_metrics(s.detach(), adv, m, eps_low, eps_high)   # the clip acts on s: constant along a response when adv is
     with torch.no_grad():
-        f = lambda x: masked_mean(x.to(logp.dtype), m)
         has = m.any(-1)                                            # (B,) sequences with tokens
-        clipped = pg2 > pg1                                        # (B, T) constant along a response when adv is
-        metrics = dict(clipfrac=f(clipped), clipfrac_high=f((s > 1 + eps_high) & (adv > 0)),
-                       clipfrac_low=f((s < 1 - eps_low) & (adv < 0)),
-                       seq_clipfrac=masked_mean((clipped & m).any(-1).to(logp.dtype), has),   # share of responses clipped
-                       **_ratio_metrics(log_ratio.exp(), log_ratio, m),
+        metrics = dict(pr.metrics, **clips,
+                       seq_clipfrac=masked_mean(clipped.any(-1).to(logp.dtype), has),   # share of responses clipped
                        seq_ratio_mean=masked_mean(log_s.exp(), has))
     return loss, metrics
+
 
 # %% ../nbs/07_family.ipynb #d376ff7e
 def cispo_loss(logp:torch.Tensor,  # (B, T) log pi_theta of the sampled tokens (requires grad)
@@ -114,21 +93,19 @@ def cispo_loss(logp:torch.Tensor,  # (B, T) log pi_theta of the sampled tokens (
                global_tokens:float|None=None,  # global token count for agg="token-mean" under data parallelism
               ) -> tuple[torch.Tensor, dict]:  # scalar loss to minimise, metrics (clipfrac: share of tokens whose weight was clipped)
     "CISPO loss: REINFORCE weighted by the clipped, detached importance ratio, so clipped tokens keep a gradient."
-    m, adv, log_ratio = _token_inputs(logp, old_logp, adv, mask)
-    _check_eps(eps_high=eps_high, eps_low=eps_low)
-    ratio = log_ratio.exp()
+    pr = policy_ratio(logp, old_logp, adv, mask, eps_low, eps_high)   # checked inputs, the ratio and its diagnostics
+    m, adv, ratio = pr.mask, pr.adv, pr.ratio
     lo = None if eps_low is None else 1 - eps_low
     # $\hat r_{i,t} = \mathrm{clip}(r_{i,t}, 1 - \varepsilon^{IS}_{low}, 1 + \varepsilon^{IS}_{high})$, detached
     w = ratio.clamp(lo, 1 + eps_high).detach()
     lp = torch.where(m, logp, torch.zeros((), dtype=logp.dtype, device=logp.device))
     # $\ell_{i,t} = -\mathrm{sg}(\hat r_{i,t})\,\hat A_{i,t}\log\pi_\theta(o_{i,t})$
     loss = agg_loss(-w * adv * lp, m, agg, max_tokens=max_tokens, global_tokens=global_tokens)
-    with torch.no_grad():
-        f = lambda x: masked_mean(x.to(logp.dtype), m)
-        high, low = ratio > 1 + eps_high, (ratio < lo) if lo is not None else torch.zeros_like(m)
-        metrics = dict(clipfrac=f(high | low), clipfrac_high=f(high & (adv > 0)), clipfrac_low=f(low & (adv < 0)),
-                       **_ratio_metrics(ratio, log_ratio, m))
+    with torch.no_grad():   # CISPO's clipfrac: tokens whose weight was clipped, whatever the sign of the advantage
+        w_clipped = (ratio > 1 + eps_high) | ((ratio < lo) if lo is not None else torch.zeros_like(m))
+        metrics = dict(pr.metrics, clipfrac=masked_mean(w_clipped.to(logp.dtype), m))
     return loss, metrics
+
 
 # %% ../nbs/07_family.ipynb #39e4ec49
 TIS_LEVELS = ("token", "sequence")
@@ -243,14 +220,13 @@ def clip_cov_mask(logp:torch.Tensor,  # (B, T) log pi_theta of the sampled token
                  ) -> torch.Tensor:  # (B, T) bool: `mask` without the detached tokens
     "Clip-Cov: `mask` minus max(1, floor(r N)) random tokens whose log-prob/advantage covariance lies in (cov_lb, cov_ub); N, the choice: this process's."
     old = logp.detach() if old_logp is None else old_logp
-    m, adv, log_ratio = _token_inputs(logp.detach(), old, adv, mask)
+    pr = policy_ratio(logp.detach(), old, adv, mask, eps_low, eps_high)
+    m, adv = pr.mask, pr.adv
     if not (isinstance(clip_ratio, (int, float)) and 0 <= clip_ratio <= 1): raise ValueError(f"`clip_ratio` must be in [0, 1], got {clip_ratio!r}")
     if not cov_lb < cov_ub: raise ValueError(f"need `cov_lb` < `cov_ub`, got cov_lb={cov_lb}, cov_ub={cov_ub}")
     cov = _token_cov(logp.detach(), adv, m, reduce)
     cand = m & (cov > cov_lb) & (cov < cov_ub)
-    if old_logp is not None:
-        r = log_ratio.exp()
-        cand &= ~(((adv > 0) & (r > 1 + eps_high)) | ((adv < 0) & (r < 1 - eps_low)))   # PPO's clip already stops them
+    if old_logp is not None: cand &= ~pr.clipped                  # PPO's clip already stops them
     idx = cand.view(-1).nonzero().view(-1)
     n = min(max(1, int(clip_ratio * int(m.sum()))), idx.numel()) if clip_ratio > 0 else 0
     # $I_{\mathrm{clip}} \sim \mathrm{Uniform}\{t : \omega_{low} < \mathrm{Cov}_t < \omega_{high}\}$, $|I_{\mathrm{clip}}| = rN$
@@ -272,10 +248,10 @@ def kl_cov_loss(logp:torch.Tensor,  # (B, T) log pi_theta of the sampled tokens 
                 reduce:Callable|None=None,  # reduce(t) -> elementwise sum of t over data-parallel processes: global centring means; None: this process
                ) -> tuple[torch.Tensor, dict]:  # scalar loss to minimise, metrics (kl_cov_frac: share of tokens penalised)
     "KL-Cov loss: the unclipped surrogate -r A, plus beta |log r| on the max(1, floor(k N)) tokens of largest covariance (N, the top-k: this process's)."
-    m, adv, log_ratio = _token_inputs(logp, old_logp, adv, mask)
+    pr = policy_ratio(logp, old_logp, adv, mask, eps_low=None, eps_high=None)   # no clip: clipfrac 0
+    m, adv, log_ratio, ratio = pr.mask, pr.adv, pr.log_ratio, pr.ratio
     if not (isinstance(kl_ratio, (int, float)) and 0 <= kl_ratio <= 1): raise ValueError(f"`kl_ratio` must be in [0, 1], got {kl_ratio!r}")
     if not (beta >= 0 and math.isfinite(beta)): raise ValueError(f"`beta` must be >= 0 and finite, got {beta}")
-    ratio = log_ratio.exp()
     cov = _token_cov(logp.detach(), adv, m, reduce).view(-1)
     n_tok = int(m.sum())
     k = min(max(1, int(kl_ratio * n_tok)), n_tok) if kl_ratio > 0 else 0
@@ -288,6 +264,22 @@ def kl_cov_loss(logp:torch.Tensor,  # (B, T) log pi_theta of the sampled tokens 
     loss = agg_loss(pg, m, agg, max_tokens=max_tokens, global_tokens=global_tokens)
     with torch.no_grad():
         zero = masked_mean(torch.zeros_like(ratio), m)
-        metrics = dict(clipfrac=zero, clipfrac_high=zero, clipfrac_low=zero, kl_cov_frac=masked_mean(sel.to(ratio.dtype), m),
-                       kl_cov_abs=masked_mean(log_ratio.abs() * sel, sel) if k else zero, **_ratio_metrics(ratio, log_ratio, m))
+        metrics = dict(pr.metrics, kl_cov_frac=masked_mean(sel.to(ratio.dtype), m),
+                       kl_cov_abs=masked_mean(log_ratio.abs() * sel, sel) if k else zero)
     return loss, metrics
+
+# %% ../nbs/07_family.ipynb #fb3a9360
+def nll_loss(logp:torch.Tensor,  # (B, T) log pi_theta of the sampled tokens (requires grad)
+             old_logp:torch.Tensor,  # (B, T) log pi_old at sampling time (for the diagnostics only)
+             adv:torch.Tensor,  # (B,) or (B, T) weights, e.g. 1 on correct responses and 0 on the rest
+             mask:torch.Tensor,  # (B, T) response mask
+             agg:str="token-mean",  # aggregation, see `rl_notes.core.agg_loss`
+             max_tokens:int|None=None,  # L_max for agg="seq-mean-token-sum-norm"
+             global_tokens:float|None=None,  # global token count for agg="token-mean" under data parallelism
+            ) -> tuple[torch.Tensor, dict]:  # scalar loss to minimise, metrics (clip fractions 0)
+    "Weighted NLL, no ratio and no clip: with weights 1 on correct responses, supervised fine-tuning on the policy's own correct samples."
+    pr = policy_ratio(logp, old_logp, adv, mask, eps_low=None, eps_high=None)   # no clip: clipfrac 0
+    lp = torch.where(pr.mask, logp, torch.zeros((), dtype=logp.dtype, device=logp.device))
+    # $\mathcal{L} = -\operatorname{agg}(A_{i,t}\, \log\pi_\theta(o_{i,t}))$
+    return agg_loss(-pr.adv * lp, pr.mask, agg, max_tokens=max_tokens, global_tokens=global_tokens), pr.metrics
+

@@ -4,16 +4,18 @@
 
 # %% ../nbs/02_ppo.ipynb #2bcc5dd5
 from __future__ import annotations
-import copy
+import copy, math
 from collections.abc import Callable
+from typing import NamedTuple
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from .core import masked_mean, masked_sum, masked_var, agg_loss, check_shapes, _reduced
+from .core import masked_mean, masked_sum, masked_var, agg_loss, check_shapes, kl_penalty, _reduced
 
 # %% auto #0
-__all__ = ['gae_reference', 'gae', 'ppo_policy_loss', 'explained_variance', 'value_loss', 'ValueModel', 'value_model_from_policy',
-           'value_model_from_reward_model', 'gae_episodes', 'terminal_rewards']
+__all__ = ['gae_reference', 'gae', 'PolicyRatio', 'clip_metrics', 'policy_ratio', 'ppo_policy_loss', 'explained_variance',
+           'value_loss', 'ValueModel', 'value_model_from_policy', 'value_model_from_reward_model', 'gae_episodes',
+           'terminal_rewards']
 
 # %% ../nbs/02_ppo.ipynb #14510210
 def _gae_inputs(rewards, values, mask, gamma, lam):
@@ -147,6 +149,64 @@ def gae(rewards:torch.Tensor,  # per-token rewards (B, T)
         _gae_compacted(rewards[s:s + step], values[s:s + step], m[s:s + step], gamma, cs, block, adv[s:s + step], ret[s:s + step])
     return adv, ret
 
+# %% ../nbs/02_ppo.ipynb #998d2ec1
+class PolicyRatio(NamedTuple):
+    "A policy loss's checked inputs and its importance ratio; every tensor (B, T), 0 (False) where masked."
+    mask: torch.Tensor  # bool response mask
+    adv: torch.Tensor  # advantages, (B,) broadcast over T
+    log_ratio: torch.Tensor  # log pi_theta - log pi_old, clamped to [-20, 20]
+    ratio: torch.Tensor  # exp(log_ratio), differentiable through logp
+    clipped: torch.Tensor  # bool: the clip is active (r > 1 + eps_high and A > 0, or r < 1 - eps_low and A < 0)
+    metrics: dict  # detached: clipfrac, clipfrac_high, clipfrac_low, approx_kl (k3), ppo_kl (k1), ratio_mean, ratio_max
+
+def clip_metrics(ratio:torch.Tensor,  # (B, T) a ratio (per token, or per sequence broadcast over T)
+                 adv:torch.Tensor,  # (B, T) advantages, 0 where masked
+                 mask:torch.Tensor,  # (B, T) bool response mask
+                 eps_low:float|None,  # lower bound 1 - eps_low; None: none
+                 eps_high:float|None,  # upper bound 1 + eps_high; None: none
+                ) -> tuple[torch.Tensor, dict]:  # (B, T) bool where the clip is active, and the shares clipfrac / _high / _low
+    "Where a clip [1 - eps_low, 1 + eps_high] of `ratio` stops the gradient, and the share of such tokens (all, above, below)."
+    with torch.no_grad():
+        no = torch.zeros_like(mask)
+        high = no if eps_high is None else (ratio > 1 + eps_high) & (adv > 0) & mask
+        low = no if eps_low is None else (ratio < 1 - eps_low) & (adv < 0) & mask
+        f = lambda x: masked_mean(x.to(ratio.dtype), mask)
+        return high | low, dict(clipfrac=f(high | low), clipfrac_high=f(high), clipfrac_low=f(low))
+
+def policy_ratio(logp:torch.Tensor,  # (B, T) log pi_theta of the sampled tokens
+                 old_logp:torch.Tensor,  # (B, T) log pi_old of the same tokens
+                 adv:torch.Tensor,  # (B, T) advantages, or (B,) broadcast over T
+                 mask:torch.Tensor,  # (B, T) response mask (bool or 0/1); masked positions may hold garbage
+                 eps_low:float|None=0.2,  # the clip's lower bound 1 - eps_low; None: none
+                 eps_high:float|None=0.2,  # the clip's upper bound 1 + eps_high; None: none
+                ) -> PolicyRatio:
+    "Checked inputs of a policy loss, the token ratio pi_theta / pi_old, where its clip is active, and the ratio's diagnostics."
+    if not isinstance(logp, torch.Tensor) or logp.dim() != 2:
+        raise ValueError(f"`logp` must be a (B, T) tensor, got {getattr(logp, 'shape', type(logp))}")
+    check_shapes(logp, "logp", old_logp=old_logp, mask=mask)
+    if not isinstance(adv, torch.Tensor): raise ValueError(f"`adv` must be a torch.Tensor, got {type(adv).__name__}")
+    if adv.shape == logp.shape[:1]: adv = adv[:, None].expand_as(logp)   # (B,) -> (B, T)
+    if adv.shape != logp.shape: raise ValueError(f"`adv` must be (B, T) = {tuple(logp.shape)} or (B,), got {tuple(adv.shape)}")
+    for k, v in (("eps_low", eps_low), ("eps_high", eps_high)):
+        if v is not None and not (isinstance(v, (int, float)) and v >= 0 and math.isfinite(v)):
+            raise ValueError(f"`{k}` must be a finite number >= 0, got {v!r}")
+    m = mask if mask.dtype == torch.bool else mask != 0
+    zero = torch.zeros((), dtype=logp.dtype, device=logp.device)
+    adv = torch.where(m, adv, zero.to(adv.dtype))
+    # masked entries may hold garbage: where() keeps NaN out of the forward and the backward
+    log_ratio = torch.where(m, logp - old_logp, zero).clamp(-20, 20)
+    # $r_t = \exp(\log\pi_\theta - \log\pi_{\text{old}})$
+    ratio = log_ratio.exp()
+    clipped, metrics = clip_metrics(ratio, adv, m, eps_low, eps_high)
+    with torch.no_grad():
+        f = lambda x: masked_mean(x, m)
+        # $k_3 = r - 1 - \log r$ of KL(old || new) from samples of pi_old: `kl_penalty`'s stable expm1 form, pi_theta -> pi_old, pi_ref -> pi_theta
+        k3 = kl_penalty(torch.zeros_like(log_ratio), log_ratio, "k3", clamp=None)
+        metrics.update(approx_kl=f(k3), ppo_kl=f(-log_ratio), ratio_mean=f(ratio),
+                       ratio_max=ratio.masked_fill(~m, 0).max() if m.any() else ratio.new_tensor(0.))
+    return PolicyRatio(m, adv, log_ratio, ratio, clipped, metrics)
+
+
 # %% ../nbs/02_ppo.ipynb #285be372
 def ppo_policy_loss(logp:torch.Tensor,  # log pi_theta of the taken actions/tokens (B, T)
                     old_logp:torch.Tensor,  # log pi_old of the same actions, from the rollout (B, T)
@@ -160,20 +220,8 @@ def ppo_policy_loss(logp:torch.Tensor,  # log pi_theta of the taken actions/toke
                     global_tokens:float|None=None,  # global token count for `token-mean` under data parallelism
                    ) -> tuple[torch.Tensor, dict]:
     "PPO's clipped surrogate loss (to minimise) with decoupled clip bounds and optional dual clip; returns (loss, metrics)."
-    if logp.dim() != 2: raise ValueError(f"`logp` must be (B, T), got shape {tuple(logp.shape)}")
-    check_shapes(logp, "logp", old_logp=old_logp, mask=mask)
-    if adv.shape == logp.shape[:1]: adv = adv[:, None].expand_as(logp)   # (B,) -> (B, T)
-    if adv.shape != logp.shape:
-        raise ValueError(f"`adv` must be (B, T) = {tuple(logp.shape)} or (B,), got {tuple(adv.shape)}")
-    if not eps_low >= 0: raise ValueError(f"`eps_low` must be >= 0, got {eps_low}")
-    if not eps_high >= 0: raise ValueError(f"`eps_high` must be >= 0, got {eps_high}")
     if dual_clip is not None and not dual_clip > 1: raise ValueError(f"`dual_clip` must be > 1 (or None), got {dual_clip}")
-    m = mask if mask.dtype == torch.bool else mask != 0
-    adv = adv.masked_fill(~m, 0)
-    # masked entries may hold garbage: where() keeps NaN out of the forward and the backward
-    log_ratio = torch.where(m, logp - old_logp, torch.zeros((), dtype=logp.dtype, device=logp.device)).clamp(-20, 20)
-    # $r_t = \exp(\log\pi_\theta - \log\pi_{\text{old}})$
-    ratio = log_ratio.exp()
+    m, adv, log_ratio, ratio, _, metrics = policy_ratio(logp, old_logp, adv, mask, eps_low, eps_high)
     # $\ell_t = \max\big(-r_t \hat A_t,\ -\mathrm{clip}(r_t, 1-\epsilon_{\text{low}}, 1+\epsilon_{\text{high}})\hat A_t\big)$
     pg1 = -adv * ratio
     pg2 = -adv * ratio.clamp(1 - eps_low, 1 + eps_high)
@@ -185,17 +233,8 @@ def ppo_policy_loss(logp:torch.Tensor,  # log pi_theta of the taken actions/toke
         dual = (adv < 0) & (pg > pg3)
         pg = torch.where(dual, pg3, pg)
     loss = agg_loss(pg, m, agg, max_tokens=max_tokens, global_tokens=global_tokens)
-    with torch.no_grad():
-        f = lambda x: masked_mean(x.to(logp.dtype), m)
-        metrics = dict(clipfrac=f(pg2 > pg1),
-                       clipfrac_high=f((ratio > 1 + eps_high) & (adv > 0)),
-                       clipfrac_low=f((ratio < 1 - eps_low) & (adv < 0)),
-                       dual_clipfrac=f(dual),
-                       approx_kl=f(ratio - 1 - log_ratio),   # k3 estimate of KL(old || new)
-                       ppo_kl=f(-log_ratio),                 # k1 estimate
-                       ratio_mean=f(ratio),
-                       ratio_max=ratio.masked_fill(~m, 0).max() if m.any() else ratio.new_tensor(0.))
-    return loss, metrics
+    return loss, {**metrics, "dual_clipfrac": masked_mean(dual.to(ratio.dtype), m).detach()}
+
 
 # %% ../nbs/02_ppo.ipynb #be43f409
 def explained_variance(values:torch.Tensor,  # predictions (B, T)

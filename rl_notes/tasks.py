@@ -487,44 +487,40 @@ class Math(Task):
                 raise ValueError(f"`answer` {gold!r} ({split or 'train+test'} row {i} of {self.data_files!r}): math-verify cannot parse it")
         return ds.select(idx)
 
-# %% ../nbs/10_tasks.ipynb #3c04ea01
-def _math_as_example(self, x):
-    # a bare gold answer ("42", "#### 42", "\\frac{1}{2}") is enough to verify
-    if isinstance(x, (int, float, str)) and not isinstance(x, bool): return {"answer": str(x)}
-    return Task._as_example(self, x)
+    def _as_example(self, x):
+        # a bare gold answer ("42", "#### 42", "\\frac{1}{2}") is enough to verify
+        if isinstance(x, (int, float, str)) and not isinstance(x, bool): return {"answer": str(x)}
+        return super()._as_example(x)
 
-def _math_verify_row(self, example, response):
-    "`(1.0 or 0.0, parsed)`: math-verify's comparison of the response's answer with the row's gold answer."
-    gold_text = gold_answer(example)
-    gold = parse_answer(gold_text)
-    if not _has_value(gold): raise ValueError(f"`answer` {gold_text!r}: math-verify cannot parse the reference answer")
-    pred = parse_response(response)
-    return float(math_equal(gold, pred)), bool(pred)
+    def _verify(self, example, response):
+        "`(1.0 or 0.0, parsed)`: math-verify's comparison of the response's answer with the row's gold answer."
+        gold_text = gold_answer(example)
+        gold = parse_answer(gold_text)
+        if not _has_value(gold): raise ValueError(f"`answer` {gold_text!r}: math-verify cannot parse the reference answer")
+        pred = parse_response(response)
+        return float(math_equal(gold, pred)), bool(pred)
 
-def _math_format_score(self, response:str) -> float:
-    "1.0 when the response ends with a `#### <answer>` line or holds a closed `\\boxed{...}`, else 0.0."
-    return float(bool(re.search(r"####[^\S\n]*\S[^\n]*\s*\Z", response)) or last_boxed(response) is not None)
+    def format_score(self, response:str) -> float:
+        "1.0 when the response ends with a `#### <answer>` line or holds a closed `\\boxed{...}`, else 0.0."
+        return float(bool(re.search(r"####[^\S\n]*\S[^\n]*\s*\Z", response)) or last_boxed(response) is not None)
 
-def _math_reward_set(self) -> RewardSet:
-    "`correctness` (1 or 0 from math-verify), plus `format` with weight `format_weight` when it is > 0; `parsed`: an answer was found."
-    funcs, weights = [TaskReward(self, "correctness")], [1.0]
-    if self.format_weight > 0: funcs.append(TaskReward(self, "format")); weights.append(self.format_weight)
-    return RewardSet(funcs, weights, parsed=TaskReward(self, "parsed"))
+    def reward_set(self) -> RewardSet:
+        "`correctness` (1 or 0 from math-verify), plus `format` with weight `format_weight` when it is > 0; `parsed`: an answer was found."
+        funcs, weights = [TaskReward(self, "correctness")], [1.0]
+        if self.format_weight > 0: funcs.append(TaskReward(self, "format")); weights.append(self.format_weight)
+        return RewardSet(funcs, weights, parsed=TaskReward(self, "parsed"))
 
-def _math_demonstration(self, example:dict) -> str:
-    "The row's worked solution (GSM8K's answer text, MATH's solution), which ends in its `#### x` or `\\boxed{x}`."
-    if not example.get("solution"):
-        raise TaskUnsupported(f"`Math.demonstration`: the row has no worked `solution` (only the answer {example.get('answer')!r}); "
-                              "RL on math needs no demonstrations, SFT needs a dataset with solutions")
-    return example["solution"]
+    def demonstration(self, example:dict) -> str:
+        "The row's worked solution (GSM8K's answer text, MATH's solution), which ends in its `#### x` or `\\boxed{x}`."
+        if not example.get("solution"):
+            raise TaskUnsupported(f"`Math.demonstration`: the row has no worked `solution` (only the answer {example.get('answer')!r}); "
+                                  "RL on math needs no demonstrations, SFT needs a dataset with solutions")
+        return example["solution"]
 
-def _math_max_response_chars(self):
-    "Not defined for math: the response length is the model's choice, counted in its own tokens."
-    raise TaskUnsupported("`Math.max_response_chars`: a math response has no length bound from the task; "
-                          "pass `max_new_tokens` (in the model's tokens)")
-
-Math._as_example, Math._verify, Math.format_score, Math.reward_set, Math.demonstration, Math.max_response_chars = (
-    _math_as_example, _math_verify_row, _math_format_score, _math_reward_set, _math_demonstration, _math_max_response_chars)
+    def max_response_chars(self):
+        "Not defined for math: the response length is the model's choice, counted in its own tokens."
+        raise TaskUnsupported("`Math.max_response_chars`: a math response has no length bound from the task; "
+                              "pass `max_new_tokens` (in the model's tokens)")
 
 # %% ../nbs/10_tasks.ipynb #4e60de39
 TASKS = {"addition": Addition, "countdown": Countdown, "math": Math}

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os, math, time, copy, random, hashlib, dataclasses, contextlib
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
-from typing import Literal
+from typing import Callable, Literal
 import numpy as np
 import torch
 from tqdm.auto import tqdm
@@ -16,7 +16,7 @@ from .ppo import value_loss, explained_variance, terminal_rewards, value_model_f
 from .grpo import group_advantages, grpo_loss
 from .dapo import dynamic_sample, overlong_filter_mask, soft_overlong_punishment
 from .vapo import decoupled_gae, positive_lm_loss, value_pretrain_loss
-from .family import (rloo_advantages, reinforce_pp_advantages, gspo_loss, cispo_loss, kl_cov_loss, tis_weights,
+from .family import (rloo_advantages, reinforce_pp_advantages, gspo_loss, cispo_loss, kl_cov_loss, nll_loss, tis_weights,
                              high_entropy_mask, clip_cov_mask, accelerate_gather)
 from .data import RewardSet, load_dataset_splits, render_prompts, reward_spec
 from .tasks import get_task
@@ -26,11 +26,12 @@ from .checkpoint import (CheckpointError, validate_config, MetricsLog, RunLock, 
                                  save_checkpoint, load_checkpoint, write_json_atomic)
 
 # %% auto #0
-__all__ = ['PRESETS', 'ADVANTAGE_ESTIMATORS', 'CRITIC_ESTIMATORS', 'POLICY_LOSSES', 'RUN_CONTROL', 'Algo', 'get_algo', 'Batch',
-           'make_batch', 'adv_group', 'adv_group_mean', 'adv_gae', 'adv_correct', 'adv_rloo', 'adv_reinforce_pp',
-           'loss_clip', 'loss_nll', 'loss_gspo', 'loss_cispo', 'loss_kl_cov', 'TrainConfig', 'Meter', 'heldout_eval',
-           'TrainingDiverged', 'seed_everything', 'Run', 'setup', 'collect', 'advantages', 'update', 'Reporter',
-           'heldout', 'eval_due', 'log_row', 'checkpoint', 'value_pretrain', 'train']
+__all__ = ['PRESETS', 'ADVANTAGE_ESTIMATORS', 'CRITIC_ESTIMATORS', 'POLICY_LOSSES', 'TOKEN_MODIFIERS', 'RUN_CONTROL', 'Algo',
+           'get_algo', 'Batch', 'make_batch', 'adv_group', 'adv_group_mean', 'adv_gae', 'adv_correct', 'adv_rloo',
+           'adv_reinforce_pp', 'loss_clip', 'loss_nll', 'loss_gspo', 'loss_cispo', 'loss_kl_cov', 'Tokens', 'mod_tis',
+           'mod_entropy', 'mod_clip_cov', 'modify_tokens', 'TrainConfig', 'Meter', 'heldout_eval', 'TrainingDiverged',
+           'seed_everything', 'Run', 'setup', 'collect', 'advantages', 'update', 'Reporter', 'heldout', 'eval_due',
+           'log_row', 'checkpoint', 'value_pretrain_step', 'train']
 
 # %% ../nbs/14_trainer.ipynb #2efb1170
 def _f(default, **rules):
@@ -214,16 +215,9 @@ def loss_clip(algo:Algo,
     return grpo_loss(logp, old_logp, ref_logp, adv, mask, eps_low=algo.eps_low, eps_high=algo.eps_high, beta=algo.beta, kl=algo.kl,
                      agg=algo.agg, max_tokens=max_tokens, global_tokens=global_tokens, dual_clip=algo.dual_clip)
 
-def loss_nll(algo:Algo, logp, old_logp, ref_logp, adv, mask, max_tokens:int, global_tokens:float|None, reduce=None) -> tuple[torch.Tensor, dict]:
-    "Weighted NLL, no ratio and no clip: with `adv_correct` weights, supervised fine-tuning on the policy's own correct samples."
-    w = adv if adv.dim() == 2 else adv[:, None].expand(mask.shape)            # (b, T)
-    # $\mathcal{L} = -\operatorname{agg}(w_{i}\, \log\pi_\theta(o_{i,t}))$
-    loss = agg_loss(-w * logp, mask, algo.agg, max_tokens=max_tokens, global_tokens=global_tokens)
-    with torch.no_grad():
-        log_ratio = logp - old_logp
-        m = {"clipfrac": 0.0, "clipfrac_low": 0.0, "clipfrac_high": 0.0, "approx_kl": masked_mean(0.5 * log_ratio ** 2, mask),
-             "ratio_mean": masked_mean(log_ratio.exp(), mask)}
-    return loss, m
+def loss_nll(algo:Algo, logp, old_logp, ref_logp, adv, mask, max_tokens:int, global_tokens:float|None, reduce=None):
+    "RFT: the NLL of the sampled tokens weighted by the advantage, no ratio and no clip (`rl_notes.family.nll_loss`)."
+    return nll_loss(logp, old_logp, adv, mask, agg=algo.agg, max_tokens=max_tokens, global_tokens=global_tokens)
 
 def loss_gspo(algo:Algo, logp, old_logp, ref_logp, adv, mask, max_tokens:int, global_tokens:float|None, reduce=None):
     "GSPO: one clipped ratio per sequence, the geometric mean of its token ratios (`rl_notes.family.gspo_loss`)."
@@ -242,6 +236,52 @@ def loss_kl_cov(algo:Algo, logp, old_logp, ref_logp, adv, mask, max_tokens:int, 
 
 # name -> fn(algo, logp, old_logp, ref_logp, adv, mask, max_tokens, global_tokens, reduce) -> (loss, metrics); a new loss is one entry
 POLICY_LOSSES = {"clip": loss_clip, "nll": loss_nll, "gspo": loss_gspo, "cispo": loss_cispo, "kl_cov": loss_kl_cov}
+
+# %% ../nbs/14_trainer.ipynb #6b969220
+@dataclass
+class Tokens:
+    "What a per-token modifier reads: one minibatch's (b, T) tensors and the collectives over processes."
+    logp: torch.Tensor  # log-probs under the policy being trained (detached)
+    old_logp: torch.Tensor  # log-probs before the update (`logp` itself with one optimizer step per batch)
+    rollout_logp: torch.Tensor|None  # log-probs under the sampler, from the rollout
+    entropy: torch.Tensor  # the policy's entropy at each position (detached)
+    adv: torch.Tensor  # (b,) or (b, T) advantages, as the modifiers before this one left them
+    mask: torch.Tensor  # loss mask
+    gather: Callable|None = None  # gathers 1-D values of all processes (`rl_notes.family.high_entropy_mask`); None: one process
+    reduce: Callable|None = None  # sums a tensor over processes; None: one process
+
+def mod_tis(algo:Algo, t:Tokens):
+    "Truncated importance sampling (`tis`): weights pi_train / pi_sampler on the advantages; w >= 0 leaves every clip decision unchanged."
+    if algo.tis is None: return None
+    level, mode = algo.tis.split("_")
+    return "adv", tis_weights(t.old_logp, t.rollout_logp, t.mask, level=level, mode=mode, c_max=algo.tis_c_max, c_min=algo.tis_c_min)
+
+def mod_entropy(algo:Algo, t:Tokens):
+    "The 80/20 rule (`top_entropy_quantile` < 1): the tokens in the top share by entropy, over all processes, keep their gradient."
+    if algo.top_entropy_quantile >= 1: return None
+    return "keep", high_entropy_mask(t.entropy, t.mask, algo.top_entropy_quantile, gather=t.gather)
+
+def mod_clip_cov(algo:Algo, t:Tokens):
+    "Clip-Cov (`clip_cov_ratio` > 0): a random share of the tokens whose covariance lies in (clip_cov_lb, clip_cov_ub) loses its gradient."
+    if algo.clip_cov_ratio <= 0: return None
+    return "keep", clip_cov_mask(t.logp, t.adv, t.mask, clip_ratio=algo.clip_cov_ratio, cov_lb=algo.clip_cov_lb, cov_ub=algo.clip_cov_ub,
+                                 old_logp=t.old_logp, eps_low=algo.eps_low, eps_high=algo.eps_high, reduce=t.reduce)
+
+# name -> fn(algo, tokens) -> None (off), ("adv", (b, T) weights of the advantages) or ("keep", (b, T) bool: the tokens that keep
+# their gradient); applied in this order, each seeing the advantages the earlier ones left
+TOKEN_MODIFIERS = {"tis": mod_tis, "entropy_mask": mod_entropy, "clip_cov": mod_clip_cov}
+
+def modify_tokens(algo:Algo, t:Tokens) -> tuple[torch.Tensor, torch.Tensor|None]:
+    "The advantages after every modifier of `TOKEN_MODIFIERS` that `algo` turns on, and the (b, T) tokens that keep their gradient (None: all)."
+    adv, keep = t.adv, None
+    for fn in TOKEN_MODIFIERS.values():
+        out = fn(algo, dataclasses.replace(t, adv=adv))
+        if out is None: continue
+        kind, x = out
+        if kind == "adv": adv = (adv if adv.dim() == 2 else adv[:, None].expand(t.mask.shape)) * x
+        else: keep = (t.mask.bool() if keep is None else keep) & x
+    return adv, keep
+
 
 # %% ../nbs/14_trainer.ipynb #abe3bf9a
 # fields that may change between a run and its resumption (they do not change what is computed)
@@ -671,37 +711,31 @@ def _optimizer_step(run:Run, step:int, what:str, model, opt, loss:torch.Tensor) 
     opt.step(); opt.zero_grad(set_to_none=True)
     return gn
 
+def _dp_global(run:Run, loss:torch.Tensor, global_mean:bool=True) -> torch.Tensor:
+    "`loss` ready for DDP: times W when it is a mean over all processes' tokens (`global_mean`), as it is otherwise."
+    # DDP averages the W processes' gradients; a loss already divided by the global count needs their sum, hence times W
+    return loss * run.W if global_mean else loss
+
 def _policy_step(run:Run, step:int, mb:Batch, old_logp, ref_logp, n_tok:float, n_pos:float, mt:Meter):
-    "One policy update on minibatch `mb`: the algorithm's loss (`POLICY_LOSSES`), plus VAPO's LM loss on correct responses."
-    cfg, algo, W, m = run.cfg, run.algo, run.W, mb.loss_mask
+    "One policy update on minibatch `mb`: the per-token modifiers, the algorithm's loss (`POLICY_LOSSES`), plus VAPO's LM loss on correct responses."
+    cfg, algo, m = run.cfg, run.algo, mb.loss_mask
     logp, ent = response_logprobs(run.policy, mb.ro, cfg.temperature, with_entropy=True)          # (b, T), (b, T)
-    # token-mean divides by the global token count, and DDP averages gradients over W processes: times W is the global sum
-    scale = W if algo.agg == "token-mean" else 1
-    old, adv = logp.detach() if old_logp is None else old_logp, mb.adv
-    if algo.tis is not None:   # weight each token's loss by pi_train / pi_sampler; w >= 0 leaves every clip decision unchanged
-        level, mode = algo.tis.split("_")
-        w = tis_weights(old, mb.ro.old_logp, m, level=level, mode=mode, c_max=algo.tis_c_max, c_min=algo.tis_c_min)
-        adv = (adv if adv.dim() == 2 else adv[:, None].expand(m.shape)) * w
-    keep = m.bool()
-    # the entropy quantile and the covariance's centring are statistics of the global batch: every process takes part
-    if algo.top_entropy_quantile < 1: keep = keep & high_entropy_mask(ent.detach(), m, algo.top_entropy_quantile, gather=run.gather)
-    if algo.clip_cov_ratio > 0:
-        keep = keep & clip_cov_mask(logp.detach(), adv, m, clip_ratio=algo.clip_cov_ratio, cov_lb=algo.clip_cov_lb,
-                                    cov_ub=algo.clip_cov_ub, old_logp=old, eps_low=algo.eps_low, eps_high=algo.eps_high, reduce=run.reduce)
-    # tokens outside `keep` stay in the loss's denominator and lose their gradient (TRL / verl: the same when beta = 0)
-    lp = logp if algo.top_entropy_quantile >= 1 and algo.clip_cov_ratio <= 0 else torch.where(keep, logp, logp.detach())
-    loss, pm = POLICY_LOSSES[algo.loss](algo, lp, old, ref_logp, adv, m,
-                                        max_tokens=cfg.max_new_tokens, global_tokens=max(n_tok, 1.0) if scale == W else None, reduce=run.reduce)
-    total = loss * scale
+    old = logp.detach() if old_logp is None else old_logp
+    adv, keep = modify_tokens(algo, Tokens(logp.detach(), old, mb.ro.old_logp, ent.detach(), mb.adv, m, run.gather, run.reduce))
+    lp = logp if keep is None else torch.where(keep, logp, logp.detach())                        # outside `keep`: no gradient
+    tm = algo.agg == "token-mean"                                                                # divided by the global token count
+    loss, pm = POLICY_LOSSES[algo.loss](algo, lp, old, ref_logp, adv, m, max_tokens=cfg.max_new_tokens,
+                                        global_tokens=max(n_tok, 1.0) if tm else None, reduce=run.reduce)
+    total = _dp_global(run, loss, tm)
     if algo.mu > 0:
         if n_pos > 0:   # no correct response on any process: no LM term
             lm, lmm = positive_lm_loss(logp, m, mb.correct, mu=algo.mu, global_tokens=n_pos)
-            total = total + lm * W
-            mt.add("lm_loss", lmm["nll"] * W, 1)
+            total = total + _dp_global(run, lm)
+            mt.add("lm_loss", _dp_global(run, lmm["nll"]), 1)
         mt.add("lm_loss", 0.0, 0)
     gn = _optimizer_step(run, step, "policy", run.policy, run.opt, total)
     w = float(m.sum())
-    mt.add("loss", loss.detach() * scale, 1); mt.add("grad_norm", gn, 1); mt.add("entropy", masked_mean(ent.detach(), m), w)
+    mt.add("loss", _dp_global(run, loss.detach(), tm), 1); mt.add("grad_norm", gn, 1); mt.add("entropy", masked_mean(ent.detach(), m), w)
     for k in ("clipfrac", "clipfrac_low", "clipfrac_high", "approx_kl", "ratio_mean"): mt.add(k, pm[k], w)
     mt.add("kl_ref", pm.get("kl", 0.0), w if "kl" in pm else 0)
 
@@ -709,8 +743,9 @@ def _critic_step(run:Run, step:int, mb:Batch, mask:torch.Tensor, n_tok:float, mt
     "One critic update on `mb`: the value loss to `mb.returns`, a token mean over all processes; returns (values (b, T), grad norm)."
     values = _values(run.critic, mb.ro)                                       # (b, T)
     vl, _ = value_loss(values, mb.values, mb.returns, mask, clip=run.algo.value_clip, global_tokens=max(n_tok, 1.0))
-    vgn = _optimizer_step(run, step, "value", run.critic, run.copt, vl * run.W)
-    mt.add("value_loss", vl.detach() * run.W, 1)
+    vl = _dp_global(run, vl)
+    vgn = _optimizer_step(run, step, "value", run.critic, run.copt, vl)
+    mt.add("value_loss", vl.detach(), 1)
     return values.detach(), vgn
 
 # %% ../nbs/14_trainer.ipynb #68e6c920
@@ -800,16 +835,17 @@ def checkpoint(run:Run, step:int):
     save_checkpoint(run.ckpt, step, cfg, run.acc, run.policy, run.opt, run.critic, run.copt)
     run.saved = step
 
-def value_pretrain(run:Run, k:int, mt:Meter):
-    "VAPO value pre-training step `k`: sample from the frozen initial policy, fit the critic to the lambda=1 (Monte-Carlo) returns."
+def value_pretrain_step(run:Run, k:int, mt:Meter):
+    "Step `k` of VAPO's value pre-training: sample from the frozen initial policy, fit the critic to the lambda=1 (Monte-Carlo) returns (the whole loop with stopping rules: `rl_notes.vapo.value_pretrain`)."
     batch = _own_rows(run, collect(run, -1 - k, mt))
     n_tok = batch.mask.sum().double()
     if run.reduce is not None: n_tok = run.reduce(n_tok)
     values = _values(run.critic, batch.ro)                                    # (b, T)
     vl, m = value_pretrain_loss(values, terminal_rewards(batch.score, batch.mask), batch.mask, gamma=run.algo.gamma,
                                 clip=run.algo.value_clip, global_tokens=max(float(n_tok), 1.0))
-    _optimizer_step(run, f"{k + 1} of value pre-training", "value", run.critic, run.copt, vl * run.W)
-    mt.add("value_loss", vl.detach() * run.W, 1)
+    vl = _dp_global(run, vl)
+    _optimizer_step(run, f"{k + 1} of value pre-training", "value", run.critic, run.copt, vl)
+    mt.add("value_loss", vl.detach(), 1)
     mt.put("explained_var", _explained_var(run, [values.detach()], [m["returns"]], [batch.mask]))
 
 # %% ../nbs/14_trainer.ipynb #659114af
@@ -824,7 +860,7 @@ def _first_rows(run:Run):
     with _diverged_at(run, 0): log_row(run, {"step": 0, "algo": run.algo.name, **heldout(run)})
     if run.critic is None or not run.algo.value_pretrain_steps: return
     for k in tqdm(range(run.algo.value_pretrain_steps), desc="value pretrain", disable=not (run.cfg.progress and run.main)):
-        mt = Meter(); value_pretrain(run, k, mt)
+        mt = Meter(); value_pretrain_step(run, k, mt)
         log_row(run, {"step": 0, "phase": "value_pretrain", "vp_step": k + 1, **mt.result(run.acc)})
 
 def train(cfg:TrainConfig,  # the run
