@@ -49,7 +49,6 @@ def _check_eps(**eps):
         if v is not None and not (isinstance(v, (int, float)) and v >= 0 and math.isfinite(v)):
             raise ValueError(f"`{k}` must be a finite number >= 0, got {v!r}")
 
-
 # %% ../nbs/07_family.ipynb #864e88e7
 def gspo_loss(logp:torch.Tensor,  # (B, T) log pi_theta of the sampled tokens (requires grad)
               old_logp:torch.Tensor,  # (B, T) log pi_old at sampling time
@@ -80,7 +79,6 @@ def gspo_loss(logp:torch.Tensor,  # (B, T) log pi_theta of the sampled tokens (r
                        seq_ratio_mean=masked_mean(log_s.exp(), has))
     return loss, metrics
 
-
 # %% ../nbs/07_family.ipynb #d376ff7e
 def cispo_loss(logp:torch.Tensor,  # (B, T) log pi_theta of the sampled tokens (requires grad)
                old_logp:torch.Tensor,  # (B, T) log pi_old at sampling time
@@ -105,7 +103,6 @@ def cispo_loss(logp:torch.Tensor,  # (B, T) log pi_theta of the sampled tokens (
         w_clipped = (ratio > 1 + eps_high) | ((ratio < lo) if lo is not None else torch.zeros_like(m))
         metrics = dict(pr.metrics, clipfrac=masked_mean(w_clipped.to(logp.dtype), m))
     return loss, metrics
-
 
 # %% ../nbs/07_family.ipynb #39e4ec49
 TIS_LEVELS = ("token", "sequence")
@@ -282,4 +279,3 @@ def nll_loss(logp:torch.Tensor,  # (B, T) log pi_theta of the sampled tokens (re
     lp = torch.where(pr.mask, logp, torch.zeros((), dtype=logp.dtype, device=logp.device))
     # $\mathcal{L} = -\operatorname{agg}(A_{i,t}\, \log\pi_\theta(o_{i,t}))$
     return agg_loss(-pr.adv * lp, pr.mask, agg, max_tokens=max_tokens, global_tokens=global_tokens), pr.metrics
-

@@ -206,7 +206,6 @@ def policy_ratio(logp:torch.Tensor,  # (B, T) log pi_theta of the sampled tokens
                        ratio_max=ratio.masked_fill(~m, 0).max() if m.any() else ratio.new_tensor(0.))
     return PolicyRatio(m, adv, log_ratio, ratio, clipped, metrics)
 
-
 # %% ../nbs/02_ppo.ipynb #285be372
 def ppo_policy_loss(logp:torch.Tensor,  # log pi_theta of the taken actions/tokens (B, T)
                     old_logp:torch.Tensor,  # log pi_old of the same actions, from the rollout (B, T)
@@ -220,6 +219,8 @@ def ppo_policy_loss(logp:torch.Tensor,  # log pi_theta of the taken actions/toke
                     global_tokens:float|None=None,  # global token count for `token-mean` under data parallelism
                    ) -> tuple[torch.Tensor, dict]:
     "PPO's clipped surrogate loss (to minimise) with decoupled clip bounds and optional dual clip; returns (loss, metrics)."
+    for k, v in (("eps_low", eps_low), ("eps_high", eps_high)):
+        if v is None: raise ValueError(f"`{k}` must be a number (PPO clips on both sides), got None")
     if dual_clip is not None and not dual_clip > 1: raise ValueError(f"`dual_clip` must be > 1 (or None), got {dual_clip}")
     m, adv, log_ratio, ratio, _, metrics = policy_ratio(logp, old_logp, adv, mask, eps_low, eps_high)
     # $\ell_t = \max\big(-r_t \hat A_t,\ -\mathrm{clip}(r_t, 1-\epsilon_{\text{low}}, 1+\epsilon_{\text{high}})\hat A_t\big)$
@@ -234,7 +235,6 @@ def ppo_policy_loss(logp:torch.Tensor,  # log pi_theta of the taken actions/toke
         pg = torch.where(dual, pg3, pg)
     loss = agg_loss(pg, m, agg, max_tokens=max_tokens, global_tokens=global_tokens)
     return loss, {**metrics, "dual_clipfrac": masked_mean(dual.to(ratio.dtype), m).detach()}
-
 
 # %% ../nbs/02_ppo.ipynb #be43f409
 def explained_variance(values:torch.Tensor,  # predictions (B, T)

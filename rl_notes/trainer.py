@@ -274,6 +274,7 @@ TOKEN_MODIFIERS = {"tis": mod_tis, "entropy_mask": mod_entropy, "clip_cov": mod_
 def modify_tokens(algo:Algo, t:Tokens) -> tuple[torch.Tensor, torch.Tensor|None]:
     "The advantages after every modifier of `TOKEN_MODIFIERS` that `algo` turns on, and the (b, T) tokens that keep their gradient (None: all)."
     adv, keep = t.adv, None
+    # every process calls every modifier: the entropy quantile and the covariance's centring are global-batch statistics
     for fn in TOKEN_MODIFIERS.values():
         out = fn(algo, dataclasses.replace(t, adv=adv))
         if out is None: continue
@@ -281,7 +282,6 @@ def modify_tokens(algo:Algo, t:Tokens) -> tuple[torch.Tensor, torch.Tensor|None]
         if kind == "adv": adv = (adv if adv.dim() == 2 else adv[:, None].expand(t.mask.shape)) * x
         else: keep = (t.mask.bool() if keep is None else keep) & x
     return adv, keep
-
 
 # %% ../nbs/14_trainer.ipynb #abe3bf9a
 # fields that may change between a run and its resumption (they do not change what is computed)
