@@ -73,13 +73,20 @@ def part_cuda_tests(ctx):
     if rc != 0: raise RuntimeError(f"pytest exit code {int(rc)}: {res['failures']} failed, {res['errors']} errors of {res['tests']}")
     return res
 
+def trainer_namespace() -> tuple[dict, str]:
+    """The namespace the trainer notebook's `#| gpu` smoke cell runs in (the module's globals, the test imports, the micro model
+    and `small`: CPU, seconds) and the cell's source."""
+    import rl_notes.trainer as trainer
+    *setup, cell = trainer_cells()
+    ns = dict(vars(trainer)); ns["__name__"] = "__gpu_check__"
+    for src in setup: exec(compile(src, "nbs/14_trainer.ipynb", "exec"), ns)
+    return ns, cell
+
 def part_trainer_smoke(ctx):
     "The `#| gpu` cell of nbs/14_trainer.ipynb (two steps of every preset), after the cells it needs."
-    import rl_notes.trainer as trainer
-    ns = dict(vars(trainer)); ns["__name__"] = "__gpu_check__"
+    ns, cell = trainer_namespace()
     buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        for src in trainer_cells(): exec(compile(src, "nbs/14_trainer.ipynb", "exec"), ns)
+    with contextlib.redirect_stdout(buf): exec(compile(cell, "nbs/14_trainer.ipynb", "exec"), ns)
     print(buf.getvalue())
     return {"output": buf.getvalue().splitlines()}
 
@@ -169,8 +176,9 @@ def part_bench(ctx, device="cuda", quick=False, repeats=3, steps=3, warmup=1):
     with_trl = dist_version("trl") is not None
     res = {"trl": dist_version("trl") or "not installed: TRL steps skipped", "trl_kw": TRL_KW, "sizes": []}
     with tempfile.TemporaryDirectory() as tmp:
-        for size in bench_sizes(tmp, quick):
-            if ctx.left() < 15: res["sizes"].append({"name": size["name"], "skipped": "time budget spent"}); continue
+        for i, size in enumerate(bench_sizes(tmp, quick)):
+            need = 60 if i == 3 else 15            # rough seconds a size needs on an H200 (the large one: generation + 8 steps)
+            if ctx.left() < need: res["sizes"].append({"name": size["name"], "skipped": f"time budget: {ctx.left():.0f} s left"}); continue
             t0 = time.time()
             prompts = list(get_task("addition", **size["kw"]).dataset(size["n"], seed=0)["prompt"])
             if size["chat"]: prompts = [[{"role": "user", "content": f"What is {p[:-1]}?"}] for p in prompts]
@@ -240,7 +248,7 @@ def prebuild():
     for f in (lambda: char_model(False), lambda: char_model(True), d3_sft):
         t0 = time.time(); print(f(), f"{time.time() - t0:.0f} s", flush=True)
 
-def part_failure_d3(ctx, device="cuda", seeds=(0, 1), steps=20, n_prompts=64, sft_steps=1500, eval_every=5, n_eval=200):
+def part_failure_d3(ctx, device="cuda", seeds=(0, 1), steps=15, n_prompts=64, sft_steps=1500, eval_every=5, n_eval=200):
     "D3 of nbs/19_failure_modes.ipynb (GRPO vs GRPO + dynamic sampling on 1-4 digit scratchpad addition), shortened: few seeds and steps."
     import numpy as np
     from rl_notes.trainer import TrainConfig, get_algo, train
@@ -280,11 +288,13 @@ class Part:
     needs_cuda: bool = True
     extra: dict = field(default_factory=dict)
 
-PARTS = [Part("cuda_tests", 110, part_cuda_tests),
+# Budgets (wall seconds; sum 370, about 6 minutes) leave room in a 15-minute device session for starting the machine and
+# one rerun of the parts that failed (`--only`).
+PARTS = [Part("cuda_tests", 100, part_cuda_tests),
          Part("trainer_smoke", 50, part_trainer_smoke, prepare=trainer_cells),
-         Part("bench", 140, part_bench),
-         Part("logprob", 40, part_logprob),
-         Part("failure_d3", 100, part_failure_d3, prepare=lambda: find_cell("19_failure_modes.ipynb", "D3_ARMS", "sft4g", flag="gpu"))]
+         Part("bench", 120, part_bench),
+         Part("logprob", 30, part_logprob),
+         Part("failure_d3", 70, part_failure_d3, prepare=lambda: find_cell("19_failure_modes.ipynb", "D3_ARMS", "sft4g", flag="gpu"))]
 
 def _selftest_parts() -> list[Part]:
     "Parts that check the runner itself on any machine (GPU_CHECK_SELFTEST=1; tests/test_gpu_check.py)."

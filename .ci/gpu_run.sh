@@ -19,7 +19,7 @@ export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_
 $PY - <<'PY' 2>&1 | tee "$OUT/versions.txt"
 import importlib, importlib.metadata as md, sys
 print("python", sys.version.split()[0])
-for n in ("torch", "transformers", "tokenizers", "huggingface_hub", "safetensors", "accelerate", "datasets", "pyarrow", "pandas", "trl", "pytest", "fastcore"):
+for n in ("torch", "numpy", "transformers", "tokenizers", "huggingface_hub", "safetensors", "accelerate", "datasets", "pyarrow", "pandas", "trl", "pytest", "fastcore"):
     try: print(f"{n:<16} {md.version(n):<12} {importlib.import_module(n).__file__}")
     except Exception as e: print(f"{n:<16} MISSING      {type(e).__name__}: {e}")
 import torch; print("cuda", torch.version.cuda, torch.cuda.is_available(), torch.cuda.get_device_name() if torch.cuda.is_available() else "")

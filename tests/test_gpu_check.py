@@ -1,6 +1,6 @@
 """The GPU check's own logic on any machine: the runner (subprocess per part, budgets, JSON), the notebook cells it runs, and
 its benchmark parts at CPU sizes (the CUDA run itself is `make gpu-check`)."""
-import importlib.util, json, os, subprocess, sys, time
+import importlib.util, json, os, subprocess, sys
 from pathlib import Path
 import pytest, torch
 
@@ -22,10 +22,8 @@ class Ctx:
 def test_runner_records_each_outcome(tmp_path):
     "pass, fail (exception), skip, timeout (partial results kept), failed preparation: one record each, exit code 1."
     names = "selftest_pass,selftest_fail,selftest_skip,selftest_timeout,selftest_prepare"
-    t0 = time.time()
     p = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path), "--only", names], capture_output=True, text=True,
                        env={**os.environ, "GPU_CHECK_SELFTEST": "1"}, cwd=REPO)
-    assert time.time() - t0 < 60, "the 4 s budget of selftest_timeout was not enforced"
     assert p.returncode == 1, p.stdout + p.stderr
     rep = json.loads((tmp_path / "gpu_check.json").read_text())
     got = {r["name"]: r for r in rep["parts"]}
@@ -35,7 +33,7 @@ def test_runner_records_each_outcome(tmp_path):
     assert "Traceback" in got["selftest_fail"]["traceback"]
     assert (got["selftest_skip"]["status"], got["selftest_skip"]["reason"]) == ("skipped", "nothing to do here")
     assert got["selftest_timeout"]["status"] == "failed" and got["selftest_timeout"]["reason"] == "timed out after 4 s"
-    assert got["selftest_timeout"]["partial"] == {"started": True}
+    assert got["selftest_timeout"]["partial"] == {"started": True} and got["selftest_timeout"]["wall_s"] < 30   # killed, not waited for
     assert got["selftest_prepare"]["status"] == "failed" and "cell not found" in got["selftest_prepare"]["reason"]
     assert rep["env"]["torch"] == torch.__version__ and "selftest_timeout" in (tmp_path / "gpu_check.log").read_text()
     assert "selftest_fail" in p.stdout and "failed" in p.stdout   # the summary
@@ -53,6 +51,16 @@ def test_dry_run_skips_every_cuda_part(tmp_path):
     rep = json.loads((tmp_path / "gpu_check.json").read_text())
     assert [(r["name"], r["status"], r["reason"]) for r in rep["parts"]] == [(n, "skipped", "no CUDA") for n in
             ("cuda_tests", "trainer_smoke", "bench", "logprob", "failure_d3")]
+
+def test_trainer_cell_names_defined():
+    "The trainer notebook's #| gpu cell runs in the namespace the check builds: every name it reads is defined there."
+    import ast, builtins
+    ns, cell = gc.trainer_namespace()
+    tree = ast.parse(cell)
+    stored = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    loaded = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    assert loaded - stored - set(dir(builtins)) - set(ns) == set()
+    assert ns["small"]["steps"] >= 1 and "PRESETS" in ns
 
 def test_notebook_cells_found():
     cells = gc.trainer_cells()
