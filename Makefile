@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 NB_WORKERS ?= 2
 
-.PHONY: venv test test-nb test-py test-slow test-floors sync-check lint export clean-nb demo bench docs docs-test
+.PHONY: venv test test-nb test-py test-gpu-dry test-slow test-floors sync-check lint export clean-nb demo bench docs docs-test gpu-check gpu-wheels
 
 $(VENV)/.installed: setup.py settings.ini
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -21,7 +21,7 @@ venv: $(VENV)/.installed
 
 # Fails if nbdev_export or nbdev_clean would change any file or the wheel's version is not settings.ini's, then
 # pyflakes, the notebooks and pytest.
-test: venv sync-check lint test-nb test-py
+test: venv sync-check lint test-nb test-py test-gpu-dry
 
 sync-check: venv
 	PATH=$(BIN):$$PATH bash .ci/sync_check.sh
@@ -31,6 +31,22 @@ test-nb: venv
 
 test-py: venv
 	$(BIN)/pytest -q tests
+
+# The GPU check's dry run (seconds): without CUDA every part of .ci/gpu_check.py is prepared (the notebook cells it runs are
+# found and compiled) and recorded as skipped; its runner logic is tested in tests/test_gpu_check.py (part of test-py).
+test-gpu-dry: venv
+	$(PY) .ci/gpu_check.py --out build/gpu_check_dry
+
+# On a CUDA machine: CUDA tests, the trainer's #| gpu cell, GRPO step / generation vs TRL and HF, the log-prob kernel at
+# V = 151936, a short D3 run; one JSON and one log under $$OUT (default ./gpu_check_out). No venv needed: the device
+# machine runs it as `bash .ci/gpu_run.sh` (see .ci/gpu_wheels.txt), which unpacks the carried wheels first.
+GPU_PY ?= $(if $(wildcard $(PY)),$(PY),python3)
+gpu-check:
+	$(GPU_PY) .ci/gpu_check.py
+
+# The wheels the GPU machine lacks, packed into .whl/gpu_site.tar.xz for the run tool's carry (.ci/gpu_wheels.txt).
+gpu-wheels:
+	bash .ci/gpu_wheels.sh
 
 # pyflakes over the library (the generated _modidx.py excepted) and the build/CI/docs scripts.
 LINT_FILES = $(filter-out rl_notes/_modidx.py,$(wildcard rl_notes/*.py)) setup.py $(wildcard .ci/*.py docs/*.py)

@@ -45,8 +45,8 @@ def trl(model_dir, task, a, tmp):
     clock = Clock()
     cfg = GRPOConfig(output_dir=os.path.join(tmp, "trl"), per_device_train_batch_size=a.n_prompts * a.G, num_generations=a.G,
                      max_completion_length=a.max_new_tokens, learning_rate=1e-4, beta=0.0, loss_type="grpo", temperature=1.0,
-                     max_steps=a.warmup + a.steps, logging_steps=1, report_to="none", use_cpu=True, save_strategy="no",
-                     shuffle_dataset=False, seed=0, disable_tqdm=True, dataloader_num_workers=0)
+                     max_steps=a.warmup + a.steps, logging_steps=1, report_to="none", use_cpu=getattr(a, "use_cpu", True), save_strategy="no",
+                     shuffle_dataset=False, seed=0, disable_tqdm=True, dataloader_num_workers=0, **getattr(a, "trl_kw", {}))
     tr = GRPOTrainer(model=model, reward_funcs=correct, args=cfg, train_dataset=ds, processing_class=tok, callbacks=[clock])
     tr.train()
     lens = [l["completions/mean_length"] for l in clock.logs if "completions/mean_length" in l]
