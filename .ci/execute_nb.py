@@ -18,7 +18,9 @@ FLAG = re.compile(r"^#\|\s*(slow|gpu|notest)\b", re.M)
 
 
 def run(path:Path, flags:set) -> None:
+    path = path.resolve()
     nb = read_nb(path)
+    os.chdir(path.parent)  # as nbdev_test runs a notebook: in its own folder
     shell = CaptureShell(path=path.parent, mpl_format="png")
     t0, ran, imgs = time.time(), 0, 0
     for i, c in enumerate(nb.cells):
