@@ -7,7 +7,7 @@ cell keeps the outputs it has. The kernel is execnb's CaptureShell with matplotl
 same shell `nbdev_test` uses, so a figure a cell draws is stored as image/png. Stops at the first error (the
 notebook is not written then) and prints, per notebook, the cells run, the seconds, and the images written.
 """
-import argparse, os, re, sys, time
+import argparse, os, re, time
 from pathlib import Path
 
 os.environ.pop("MPLBACKEND", None)  # a non-inline backend would draw nothing into the outputs
