@@ -41,4 +41,4 @@ if __name__ == "__main__":
     ap.add_argument("nbs", nargs="+", type=Path)
     ap.add_argument("--flags", default="", help="comma-separated flags whose cells also run (slow,gpu)")
     a = ap.parse_args()
-    for p in a.nbs: run(p, {f for f in a.flags.split(",") if f})
+    for p in [q.resolve() for q in a.nbs]: run(p, {f for f in a.flags.split(",") if f})
