@@ -4,7 +4,7 @@ machines cannot install. Markdown cells are copied; code cells become ```python 
 output; cells starting with `#| hide` are skipped. `--check` exits 1 if README.md would change. The marker `<!-- verdicts -->` becomes a table of
 the `VERDICT` lines printed in the outputs of nbs/*.ipynb, and the marker `<!-- results -->` becomes rows (what | result | notebook) of
 the `RESULT what | result` lines printed there, so that no number in those tables is typed by hand."""
-import json, sys, pathlib
+import json, re, sys, pathlib
 root = pathlib.Path(__file__).resolve().parent.parent
 nb = json.loads((root / "nbs" / "index.ipynb").read_text(encoding="utf-8"))
 out = []
@@ -13,8 +13,8 @@ for c in nb["cells"]:
     if not src: continue
     first = src.split("\n", 1)[0].replace(" ", "")
     if first.startswith("#|hide") or first.startswith("#|default_exp"): continue
-    if c["cell_type"] == "markdown":
-        out.append(src)
+    if c["cell_type"] == "markdown":  # a link to a notebook page ([x](claims.ipynb)) points into nbs/ from the README
+        out.append(re.sub(r"\]\((?!https?:)([\w-]+\.ipynb)", r"](nbs/\1", src))
     elif c["cell_type"] == "code":
         lines = [l for l in src.split("\n") if not l.replace(" ", "").startswith("#|")]
         out.append("```python\n" + "\n".join(lines) + "\n```")

@@ -65,6 +65,14 @@ _re_flag = re.compile(r'^#\|.*$')
 
 def _src(c): return ''.join(c['source']) if isinstance(c['source'], list) else c['source']
 
+def committed_images(nb_path) -> int:
+    "Images (PNG, SVG, JPEG outputs) in the committed notebook's cells that the page shows (`#| hide` cells are not shown)."
+    n = 0
+    for c in json.loads(Path(nb_path).read_text(encoding='utf-8'))['cells']:
+        if c['cell_type'] != 'code' or re.search(r'^#\|\s*hide\s*$', _src(c), re.M): continue
+        n += sum(any(k in o.get('data', {}) for k in ('image/png', 'image/svg+xml', 'image/jpeg')) for o in c.get('outputs', []))
+    return n
+
 def page_name(nb_path, front):
     "Page name as nbdev/Quarto names it: front matter output-file, else default_exp, else the name without 'NN_'."
     out = front.get('output-file')
@@ -326,9 +334,10 @@ def stage():
         if first and first[0]['cell_type'] == 'raw' and _src(first[0]).lstrip().startswith('---'):
             import yaml; front = yaml.safe_load(_src(first[0]).strip().strip('-')) or {}
         fronts[p], pages[p.stem] = front, page_name(p, front)
-    order, titles, mod2page, page_ids, staged = [], {}, {}, {}, {}
+    order, titles, mod2page, page_ids, staged, images = [], {}, {}, {}, {}, {}
     for p in nbs:
         name = pages[p.stem]
+        images[name] = committed_images(p)
         SHOWDOC_IDS.clear()
         nb = convert(proc/p.relative_to(NBS), pages, p.stem)
         titles[name] = fronts[p].get('title', p.stem)
@@ -349,7 +358,7 @@ def stage():
                               f"See also the [API reference](api/index.html).\n\n{toc}")
     for name, txt in staged.items(): write(SRC/f'{name}.ipynb', txt)
     api, sources = api_pages(mod2page, titles)
-    write(SRC/'_order.json', json.dumps({'pages': ['index'] + order, 'api': api, 'api_sources': sources}, indent=1))
+    write(SRC/'_order.json', json.dumps({'pages': ['index'] + order, 'api': api, 'api_sources': sources, 'images': images}, indent=1))
     for f in before - WRITTEN: f.unlink()          # pages of notebooks that no longer exist
     log(f'staged {len(order)+1} notebook pages and {len(api)} API pages in {SRC.relative_to(ROOT)}')
 

@@ -204,6 +204,13 @@ def main():
         nb_side = [h.split('#')[0].removesuffix('.html') for h in (sidebar_order or []) if not h.startswith('api/')]
         nb_side = [h for h in nb_side if h in order['pages']]
         if nb_side != order['pages'][1:]: bad('index.html', f'sidebar order {nb_side} != notebook order {order["pages"][1:]}')
+        # figures: each notebook page shows as many images as its committed notebook holds
+        for name, n_nb in order.get('images', {}).items():
+            f = SITE/f'{name}.html'
+            if not f.is_file(): continue
+            n_page = len(re.findall(r'<img [^>]*src="[^"]*_images/', f.read_text(encoding='utf-8', errors='replace')))
+            stats['figure_pages'] = stats.get('figure_pages', 0) + bool(n_nb)
+            if n_page != n_nb: bad(f'{name}.html', f'shows {n_page} images, its notebook holds {n_nb}')
         # API: every exported symbol documented on its module page
         lib = ROOT/'rl_notes'; n_sym = 0
         for short in order['api']:
@@ -247,6 +254,7 @@ def main():
     problems = sorted(set(problems))
     log(f"{checked} pages loaded in {time.time()-t0:.1f}s; {stats['links']} internal links, {stats['external']} "
         f"external (not fetched), {stats['images']} images, {stats['math']} math elements, "
+        f"{stats.get('figure_pages', 0)} notebook pages with figures (image counts match their notebooks), "
         f"{stats.get('api_symbols', 0)} exported symbols on API pages, {stats.get('cjk_pages', 0)} pages with Chinese text")
     log('screenshots:', *shots)
     for p in problems: print('FAIL', p)
