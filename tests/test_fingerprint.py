@@ -104,3 +104,13 @@ def test_sft_and_eval_kinds(micro):
     assert fingerprint("sft", ["micro", "add1"], micro=micro) == sft
     ev = fingerprint("eval", ["add1"], micro=micro)
     assert ev["add1"][0]["k"] == 4 and "seconds" not in json.dumps(ev)
+
+
+def test_sft_key_config_replaces_only_the_source_version(tmp_path, monkeypatch):
+    from rl_notes.models import SFTConfig, sft_config
+    from rl_notes.tasks import get_task
+    from rl_notes.fingerprint import sft_key_config
+    monkeypatch.setenv("RL_NOTES_CACHE", str(tmp_path))
+    task, cfg = get_task("addition", max_digits=2), SFTConfig(steps=5)
+    got, src = sft_key_config(task, cfg), sft_config(task, cfg)
+    assert got["code"] == behaviour_key("sft") != src["code"] and {**got, "code": src["code"]} == src
