@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 NB_WORKERS ?= 2
 
-.PHONY: venv test test-nb test-py test-gpu-dry test-slow test-floors sync-check lint export clean-nb demo bench docs docs-test gpu-check gpu-wheels
+.PHONY: venv test test-nb test-py test-gpu-dry test-slow test-floors sync-check lint export clean-nb demo bench docs docs-test gpu-check gpu-wheels fingerprint
 
 $(VENV)/.installed: setup.py settings.ini
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -68,6 +68,11 @@ export: venv
 # Benchmarks print ratios against a baseline measured in the same run (bench_core needs ~12 GB of RAM).
 bench: venv
 	set -e; for f in benchmarks/bench_*.py; do echo "== $$f"; $(PY) $$f; done
+
+# The behaviour fingerprint behind the cache keys (rl_notes.fingerprint): per kind its micro runs, rows, key and seconds, and
+# the fields no micro run exercises, with the reason. Memoised under the cache root: computed once per source version.
+fingerprint: venv
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -c "from rl_notes.fingerprint import report; print(report())"
 
 demo: venv
 	$(BIN)/rl_notes demo --out runs/demo

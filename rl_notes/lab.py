@@ -11,26 +11,31 @@ from .trainer import TrainConfig, RUN_CONTROL, train
 from .models import load_model
 from .rollout import sample_eval
 from .tasks import get_task
+from .fingerprint import behaviour_key
 from .checkpoint import (CheckpointError, MetricsLog, RunLock, prepare_run_dir, recover_dir, read_json, write_json_atomic,
-                                 cache_dir, code_version)
+                                 cache_dir)
 
 # %% auto #0
-__all__ = ['LAB_LOCK', 'LAB_BUSY', 'lab_key', 'lab_done', 'lab_job', 'lab_runs', 'lab_policy', 'lab_eval']
+__all__ = ['LAB_LOCK', 'LAB_BUSY', 'lab_key', 'lab_done', 'lab_job', 'lab_runs', 'lab_policy', 'lab_eval', 'lab_rekey']
 
 # %% ../nbs/17_lab.ipynb #7beb11b5
 LAB_LOCK = ".lab.lock"  # the lock `lab_job` holds on a run directory while it works there
 LAB_BUSY = 75  # exit status of a `lab_job` that found its run held by another live process
 
-def lab_key(cfg:TrainConfig) -> str:
-    "The cache key of a run: every field that changes what is computed (not `RUN_CONTROL`), and the code version."
+def _lab_key(cfg:TrainConfig, code:str) -> str:
+    "The hash of every field of `cfg` that changes what is computed (not `RUN_CONTROL`) and of `code`."
     d = cfg.to_dict()
     # `critic_init` only when set, so adding that field did not change the key of runs without it
     ident = {k: v for k, v in d.items() if k not in RUN_CONTROL and not (k == "critic_init" and v is None)}
-    return hashlib.sha256(json.dumps([ident, {"code": code_version("lab")}], sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return hashlib.sha256(json.dumps([ident, {"code": code}], sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+def lab_key(cfg:TrainConfig) -> str:
+    "The cache key of a run: every field that changes what is computed (not `RUN_CONTROL`), and the trainer's behaviour key."
+    return _lab_key(cfg, behaviour_key("rl"))
 
 def lab_done(out:Path) -> bool:
-    "Has the run in `out` finished with the current code?"
-    try: return read_json(Path(out) / "done.json").get("code") == code_version("lab")
+    "Has the run in `out` finished with code that behaves as the current code does?"
+    try: return read_json(Path(out) / "done.json").get("code") == behaviour_key("rl")
     except CheckpointError: return False
 
 def _lab_prepare(cfg:TrainConfig, root:Path, force:bool) -> Path:
@@ -58,7 +63,7 @@ def lab_job(path:str,  # a job.json written by `lab_runs`: {"cfg": TrainConfig d
         t0 = time.time()
         rows = train(TrainConfig.from_dict({**job["cfg"], "resume": resume}))
         write_json_atomic(out / "done.json", {"wall_s": round(time.time() - t0, 1), "steps": rows[-1]["step"], "resumed": resume,
-                                              "threads": job["cfg"]["threads"], "code": code_version("lab")})
+                                              "threads": job["cfg"]["threads"], "code": behaviour_key("rl")})
         return 0
     finally: lock.release()
 
@@ -114,12 +119,36 @@ def lab_eval(cfg:TrainConfig,  # a finished lab run
     f = Path(cfg.out_dir) / f"eval-{hashlib.sha256(json.dumps(args, sort_keys=True).encode()).hexdigest()[:12]}.json"
     if f.is_file():
         got = read_json(f, "evaluation")
-        if got.get("args") == args and got.get("code") == code_version("lab"): return got["result"]
+        if got.get("args") == args and got.get("code") == behaviour_key("eval"): return got["result"]
     model, tok = lab_policy(cfg)
     task = get_task(cfg.task, **cfg.task_kw)
     rows = task.dataset(n, seed=data_seed, split="test").to_list()
     t0 = time.time()
     res = sample_eval(model, tok, task, rows, k=k, max_new_tokens=args["max_new_tokens"], temperature=args["temperature"], seed=seed)
     res["seconds"] = round(time.time() - t0, 2)
-    write_json_atomic(f, {"args": args, "code": code_version("lab"), "result": res})
+    write_json_atomic(f, {"args": args, "code": behaviour_key("eval"), "result": res})
     return res
+
+# %% ../nbs/17_lab.ipynb #31f9342b
+def lab_rekey(old_keys:dict,  # {"rl": ..., "eval": ...}: `behaviour_key` of each kind under the code that made the runs
+              code:str,  # the source version those runs were keyed by (the `code` of their done.json)
+              root:str|None=None,  # cache directory; default `cache_dir("lab")`
+             ) -> list[str]:  # the directories the runs now have
+    "Move finished runs keyed by source version `code` to their behaviour keys, if that code behaved as this code does."
+    if "rl" not in old_keys: raise ValueError(f"`old_keys` must hold the 'rl' key, got {sorted(old_keys)}")
+    now = {k: behaviour_key(k) for k in old_keys}
+    bad = sorted(k for k in old_keys if old_keys[k] != now[k])
+    if bad: raise ValueError(f"`old_keys`: the behaviour of {bad} changed ({ {k: (old_keys[k], now[k]) for k in bad} }): train those runs again")
+    root, moved = Path(root) if root else cache_dir("lab"), []
+    for d in sorted(p for p in root.iterdir() if p.is_dir()):
+        try: done, cfg = read_json(d / "done.json"), TrainConfig.from_dict(read_json(d / "config.json"))
+        except CheckpointError: continue
+        new = root / _lab_key(cfg, now["rl"])
+        if done.get("code") != code or d.name != _lab_key(cfg, code) or new.exists(): continue
+        d.rename(new)
+        for f in new.glob("eval-*.json"):
+            got = read_json(f, "evaluation")
+            if "eval" in now and got.get("code") == code: write_json_atomic(f, {**got, "code": now["eval"]})
+        write_json_atomic(new / "done.json", {**done, "code": now["rl"]})
+        moved.append(str(new))
+    return moved

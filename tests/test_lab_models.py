@@ -244,10 +244,13 @@ def test_pickle_weights_are_refused(tmp_path, saved):
 
 # ---------------------------------------------------------------- lab_runs: cache root, code version, lock, resume of a dead run
 def test_lab_runs_cache_and_resume(tmp_path, monkeypatch):
-    import subprocess, sys
+    import subprocess, sys, shutil
     from rl_notes.lab import lab_runs, lab_key, lab_done, LAB_LOCK
     from rl_notes.trainer import TrainConfig
-    from rl_notes.checkpoint import cache_dir, code_version, RunLock
+    from rl_notes.checkpoint import cache_dir, RunLock
+    from rl_notes.fingerprint import behaviour_key
+    key = behaviour_key("rl")        # memoised under the default cache root: computed at most once per source version
+    shutil.copytree(cache_dir("fingerprint"), tmp_path / "cache" / "fingerprint")    # so the runs below read it, not recompute it
     monkeypatch.setenv("RL_NOTES_CACHE", str(tmp_path / "cache"))
     micro = str(sft_warm_start("addition", model_cfg=dict(hidden_size=32, num_layers=1, heads=2), steps=20, batch_size=16, eval_n=0,
                                n_train=200, progress=False, max_digits=2, scratchpad=False, target_accuracy=None))
@@ -258,7 +261,7 @@ def test_lab_runs_cache_and_resume(tmp_path, monkeypatch):
     out = cache_dir("lab") / lab_key(cfg)
     assert cfg.out_dir == str(out) and [r["step"] for r in rows if "phase" not in r] == [0, 1, 2, 3]
     done = json.loads((out / "done.json").read_text())
-    assert done["code"] == code_version("lab") and lab_done(out) and not (out / LAB_LOCK).exists()
+    assert done["code"] == key == behaviour_key("rl") and lab_done(out) and not (out / LAB_LOCK).exists()
     log_size = (out / "log.txt").stat().st_size
     assert lab_runs([TrainConfig(**kw)], workers=1) == [rows] and (out / "log.txt").stat().st_size == log_size   # cached: no process ran
     # a run whose owner died after its step-2 checkpoint: the next lab_runs resumes it and ends with the same rows

@@ -5,7 +5,7 @@
 | L0 | core, rope | torch, the standard library |
 | L1 | ppo, grpo, dapo, vapo, dpo, family (in that order) | L0, earlier L1; torch only among third-party packages; no file I/O |
 | L2 | data, tasks, rollout, checkpoint, models (in that order) | L0-L1, earlier L2, transformers, tokenizers, datasets, safetensors, numpy, tqdm, math_verify, peft |
-| L3 | trainer, preference, control, lab | L0-L2, accelerate, numpy, tqdm, gymnasium, matplotlib, safetensors (weight files), peft, tensorboard, trackio; lab may import trainer, nothing else within L3 |
+| L3 | trainer, preference, control, fingerprint, lab | L0-L2, accelerate, numpy, tqdm, gymnasium, matplotlib, safetensors (weight files), peft, tensorboard, trackio; fingerprint may import trainer, lab trainer and fingerprint, nothing else within L3 |
 | L4 | cli | anything |
 
 No file I/O in L1 means: none of os, io, json, shutil, pathlib, safetensors is imported, and `open(` is never called.
@@ -25,7 +25,7 @@ LAYERS = {  # layer -> modules, in the order in which later modules may import e
     0: ["core", "rope"],
     1: ["ppo", "grpo", "dapo", "vapo", "dpo", "family"],
     2: ["data", "tasks", "rollout", "checkpoint", "models"],
-    3: ["trainer", "preference", "control", "lab"],
+    3: ["trainer", "preference", "control", "fingerprint", "lab"],
     4: ["cli"],
 }
 THIRD_PARTY = {  # third-party packages each layer may import (the standard library is allowed everywhere)
@@ -36,7 +36,7 @@ THIRD_PARTY = {  # third-party packages each layer may import (the standard libr
     4: None,  # anything
 }
 NO_FILE_IO = {1: {"os", "io", "json", "shutil", "pathlib", "safetensors"}}  # modules an L1 module may not import
-SAME_LAYER = {3: {"lab": {"trainer"}}}  # L3: only these imports within the layer (lab runs trainer jobs)
+SAME_LAYER = {3: {"fingerprint": {"trainer"}, "lab": {"trainer", "fingerprint"}}}  # L3: only these imports within the layer (the fingerprint runs trainer micro runs, lab runs trainer jobs keyed by the fingerprint)
 HEAVY = {"transformers", "datasets", "accelerate", "gymnasium", "matplotlib", "trl", "peft", "math_verify", "trackio", "tensorboard",
          "torch.utils.tensorboard"}  # top-level packages, or a dotted module (that module and its submodules)
 LAZY_L4 = {"torch", PKG}  # the CLI imports these inside its commands so that `--help` stays fast
