@@ -92,7 +92,7 @@ def test_reset_reference_matches_trl_sync(alpha):
     callbacks = pytest.importorskip("trl.trainer.callbacks")
     torch.manual_seed(0)
     policy = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 3))
-    ref_a, ref_b = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 3)), None
+    ref_a = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 3))
     ref_b = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 3)); ref_b.load_state_dict(ref_a.state_dict())
     callbacks.SyncRefModelCallback._sync_target_model(policy, ref_a, alpha)   # TRL's own code: target <- (1 - a) target + a model
     reset_reference(policy, ref_b, alpha=alpha)
@@ -232,7 +232,8 @@ def test_prop_masks_only_zero_out_and_identity(B, T, seed, spread, level, band):
     assert torch.equal(rejection_mask(logp, logp, mask, level=level, low=band[0], high=band[1]), mask)   # sampler == learner
     assert not (opsm_mask(logp, mu, adv, mask, 0.1) & ~mask).any()
     assert torch.equal(opsm_mask(logp, logp, adv, mask, 0.0), mask)
-    if level != "geometric":                                                   # masked IS keeps exactly the kept tokens
+    if level != "geometric" and band[0] < band[1]:                             # masked IS keeps exactly the kept tokens (a
+        # zero-width band is left out: exp(d) rounds to 1 for |d| < 6e-8 in float32, the log-space test does not)
         w = tis_weights(logp, mu, mask, level=level, mode="mask", c_min=band[0], c_max=band[1])
         assert (w >= 0).all() and torch.equal(w > 0, keep)
 
