@@ -3,7 +3,7 @@
 | layer | modules | may import |
 |---|---|---|
 | L0 | core, rope | torch, the standard library |
-| L1 | ppo, grpo, dapo, vapo, dpo, family (in that order) | L0, earlier L1; torch only among third-party packages; no file I/O |
+| L1 | ppo, grpo, dapo, vapo, dpo, family, offpolicy (in that order) | L0, earlier L1; torch only among third-party packages; no file I/O |
 | L2 | data, tasks, rollout, checkpoint, models (in that order) | L0-L1, earlier L2, transformers, tokenizers, datasets, safetensors, numpy, tqdm, math_verify, peft |
 | L3 | trainer, preference, control, fingerprint, lab | L0-L2, accelerate, numpy, tqdm, gymnasium, matplotlib, safetensors (weight files), peft, tensorboard, trackio; fingerprint may import trainer, lab trainer and fingerprint, nothing else within L3 |
 | L4 | cli | anything |
@@ -23,7 +23,7 @@ SRC = Path(__file__).resolve().parents[1] / PKG
 
 LAYERS = {  # layer -> modules, in the order in which later modules may import earlier ones
     0: ["core", "rope"],
-    1: ["ppo", "grpo", "dapo", "vapo", "dpo", "family"],
+    1: ["ppo", "grpo", "dapo", "vapo", "dpo", "family", "offpolicy"],
     2: ["data", "tasks", "rollout", "checkpoint", "models"],
     3: ["trainer", "preference", "control", "fingerprint", "lab"],
     4: ["cli"],
