@@ -82,7 +82,8 @@ def t_cdf(t:float,  # the value
     "P(T <= t) for Student's t with `df` degrees of freedom."
     if not df > 0: raise ValueError(f"t_cdf: `df` must be > 0, got {df}")
     if math.isinf(t): return 1.0 if t > 0 else 0.0
-    tail = 0.5 * betainc(df / 2, 0.5, df / (df + t * t))      # P(T > |t|)
+    if t * t < df: tail = 0.5 - 0.5 * betainc(0.5, df / 2, t * t / (df + t * t))   # P(T > |t|), accurate near t = 0
+    else: tail = 0.5 * betainc(df / 2, 0.5, df / (df + t * t))                    # and in the tails
     return 1.0 - tail if t > 0 else tail
 
 def t_ppf(p:float,  # probability in (0, 1)
