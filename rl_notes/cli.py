@@ -4,12 +4,13 @@
 
 # %% ../nbs/18_cli.ipynb #eb1d7f78
 from __future__ import annotations
-import argparse, dataclasses, json, os, platform, sys, time, typing
+import argparse, ast, dataclasses, functools, importlib.util, io, json, os, platform, re, sys, time, tokenize, typing
 from pathlib import Path
+from typing import NamedTuple
 
 # %% auto #0
-__all__ = ['PLOT_KEYS', 'DEMO', 'PRESET_NAMES', 'TRAIN_OPTIONS', 'CACHE_HELP', 'UsageError', 'read_metrics', 'plot_runs',
-           'summarize', 'demo', 'main']
+__all__ = ['DEMO', 'PRESET_NAMES', 'GROUPS', 'FIELD_GROUP', 'ALIASES', 'TRAIN_HAND', 'SFT_HAND', 'CACHE_HELP', 'UsageError',
+           'summarize', 'demo', 'ConfigField', 'config_fields', 'main']
 
 # %% ../nbs/18_cli.ipynb #6d0e3183
 class UsageError(ValueError):
@@ -17,14 +18,7 @@ class UsageError(ValueError):
 
 class _Parser(argparse.ArgumentParser):
     "argparse, but a usage error is one line (`rl_notes: error: ...`) and exit status 2."
-    defaults_from = None  # a function giving {dest: default}, called only to print this command's help
     def error(self, message): raise UsageError(message)
-    def format_help(self):
-        if self.defaults_from is not None:
-            d = self.defaults_from()
-            for a in self._actions:
-                if a.dest in d: a.default = d[a.dest]
-        return super().format_help()
 
 def _kv(s:str):
     "Parse `key=value`; the value as JSON when it parses (numbers, true/false, null), else as a string (the config checks its type)."
@@ -44,46 +38,6 @@ def _model_args(pairs) -> dict|None:
     known = {k: v for k, v in kw.items() if k in hints and k not in ("tokenizer", "return")}
     validate_config(dataclasses.make_dataclass("tiny_llama", [(k, hints[k]) for k in known])(**known))
     return kw or None
-
-# %% ../nbs/18_cli.ipynb #11bc2ea1
-def read_metrics(run:str|Path) -> list[dict]:
-    "The rows of `run/metrics.jsonl` (or of the file itself); the half-written last line of a run still writing is left out."
-    from rl_notes.checkpoint import MetricsLog  # heavy: torch
-    p = Path(run)
-    f = p / "metrics.jsonl" if p.is_dir() else p
-    if not f.is_file(): raise FileNotFoundError(f"no metrics.jsonl in {str(run)!r}")
-    return MetricsLog(f).read()
-
-PLOT_KEYS = ("heldout_acc", "reward", "entropy", "resp_len")
-
-def plot_runs(runs:list,  # run directories (or metrics.jsonl files)
-              out:str|Path|None=None,  # write a PNG here; None: return the figure only
-              keys:tuple=PLOT_KEYS,  # metrics to plot, one panel each
-              labels:list|None=None,  # legend labels; default the directory names
-              smooth:int=10,  # moving-average window for per-step metrics
-             ):
-    "One panel per metric, one line per run; held-out accuracy only where it was evaluated."
-    import matplotlib; matplotlib.use("Agg") if out is not None and "matplotlib.pyplot" not in sys.modules else None  # heavy: plots only
-    import matplotlib.pyplot as plt  # heavy: plots only
-    if not runs: raise ValueError("`runs` is empty: give at least one run directory")
-    data = [read_metrics(r) for r in runs]
-    labels = labels or [Path(r).name if Path(r).is_dir() else Path(r).parent.name for r in runs]
-    fig, axs = plt.subplots(1, len(keys), figsize=(4 * len(keys), 3.2))
-    axs = [axs] if len(keys) == 1 else list(axs)
-    for rows, lab in zip(data, labels):
-        rows = [r for r in rows if r.get("phase") is None]
-        for ax, k in zip(axs, keys):
-            pts = [(r["step"], r[k]) for r in rows if r.get(k) is not None]
-            if not pts: continue
-            x, y = zip(*pts)
-            if k != "heldout_acc" and smooth > 1 and len(y) > smooth:
-                y = [sum(y[max(0, i - smooth + 1):i + 1]) / len(y[max(0, i - smooth + 1):i + 1]) for i in range(len(y))]
-            ax.plot(x, y, marker="o" if k == "heldout_acc" else None, ms=3, label=lab)
-    for ax, k in zip(axs, keys): ax.set_title(k); ax.set_xlabel("step"); ax.grid(alpha=0.3)
-    axs[0].legend()
-    fig.tight_layout()
-    if out is not None: fig.savefig(out, dpi=110); plt.close(fig)
-    return fig
 
 # %% ../nbs/18_cli.ipynb #e12c8987
 DEMO = dict(
@@ -108,6 +62,7 @@ def summarize(out:str|Path, algos, wall:dict|None=None) -> str:
     "The markdown summary of a demo directory: held-out accuracy (greedy and one sample) before/after per algorithm."
     lines = ["| algo | held-out greedy acc. before (SFT) | after | held-out sampled acc. before | after | steps | wall time (s) |",
              "|---|---|---|---|---|---|---|"]
+    from rl_notes.analysis import read_metrics  # numpy: only when a summary is written
     for a in algos:
         rows = [r for r in read_metrics(Path(out) / a) if r.get("phase") is None]
         ev = [r for r in rows if r.get("heldout_acc") is not None]
@@ -131,6 +86,7 @@ def demo(out:str|Path="runs/demo",  # output directory; its runs are replaced wh
     import torch  # heavy (lazy, so that `rl_notes --help` answers at once)
     from rl_notes.models import sft_warm_start  # heavy: transformers
     from rl_notes.trainer import TrainConfig, train  # heavy: torch and transformers
+    from rl_notes.analysis import plot_runs  # numpy and matplotlib: only when drawing
     if threads: torch.set_num_threads(threads)
     d = _quick(DEMO) if quick else DEMO
     algos = tuple(algos or d["algos"])
@@ -154,20 +110,101 @@ def demo(out:str|Path="runs/demo",  # output directory; its runs are replaced wh
 
 # %% ../nbs/18_cli.ipynb #dad43ec1
 PRESET_NAMES = ("cispo", "dapo", "dr_grpo", "grpo", "gspo", "kl_cov", "ppo", "reinforce_pp", "rft", "rloo", "vapo")  # == sorted keys of `rl_notes.trainer.PRESETS` (a test checks), without importing it
-# `rl_notes train` options that set a `TrainConfig` field of the same name: (name, type, help)
-TRAIN_OPTIONS = (("steps", int, "RL steps"), ("n_prompts", int, "prompts per step, all processes together"),
-                 ("group_size", int, "responses per prompt (G)"), ("max_new_tokens", int, "response budget in tokens"),
-                 ("lr", float, "policy learning rate"), ("critic_lr", float, "critic learning rate"),
-                 ("temperature", float, "sampling temperature"), ("ppo_epochs", int, "passes over each batch"),
-                 ("n_minibatches", int, "optimizer steps per pass"), ("n_eval", int, "held-out prompts"),
-                 ("n_train", int, "training prompt pool (small tasks hold fewer)"),
-                 ("eval_every", int, "held-out evaluation every N steps"), ("save_every", int, "checkpoint every N steps (0: at the end)"),
-                 ("warmup_steps", int, "linear learning-rate warm-up steps"), ("seed", int, "seed"), ("threads", int, "torch threads"))
 
-def _train_defaults() -> dict:
-    from rl_notes.trainer import TrainConfig  # heavy: torch and transformers, only to print `rl_notes train --help`
-    d = TrainConfig()
-    return {name: getattr(d, name) for name, _, _ in TRAIN_OPTIONS}
+class ConfigField(NamedTuple):
+    "One field of a config dataclass, as its source states it."
+    name: str; annotation: str; default: object; choices: tuple|None; help: str
+
+_UNREAD = object()  # a default that is not a literal (e.g. a module constant): the command line does not offer the field
+
+def _literal(node):
+    try: return ast.literal_eval(node)
+    except ValueError: return _UNREAD
+
+def _default(v) -> tuple:
+    "(default, choices) of a field's right-hand side: a literal, `_f(default, **rules)` or `field(default=|default_factory=, metadata=dict(...))`."
+    if v is None: return dataclasses.MISSING, None
+    if not (isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id in ("_f", "field")): return _literal(v), None
+    kw = {k.arg: k.value for k in v.keywords}
+    if v.func.id == "_f": d, rules = _literal(v.args[0]), kw
+    else:
+        f = kw.get("default_factory")
+        d = _literal(kw["default"]) if "default" in kw else {"dict": {}, "list": []}.get(getattr(f, "id", None), _UNREAD)
+        m = kw.get("metadata")
+        rules = {k.arg: k.value for k in m.keywords} if isinstance(m, ast.Call) else {}
+    return d, (tuple(ast.literal_eval(rules["choices"])) if "choices" in rules else None)
+
+def _class_source(cls:str) -> str:
+    "The source of class `cls` in the rl_notes module that defines it (found by name, so a class may move between modules)."
+    for f in sorted(Path(importlib.util.find_spec("rl_notes").submodule_search_locations[0]).glob("*.py")):   # without importing it
+        m = re.search(rf"^class {cls}\b.*?(?=^\S|\Z)", f.read_text(), re.M | re.S)   # up to the next line at column 0
+        if m: return m.group(0)
+    raise LookupError(f"no rl_notes module defines class {cls!r}")
+
+@functools.lru_cache(maxsize=None)
+def config_fields(cls:str) -> dict[str, ConfigField]:
+    "The fields of the config dataclass named `cls`, read from its module's source without importing it (which loads torch)."
+    src = _class_source(cls)
+    node = ast.parse(src).body[0]
+    notes = {t.start[0]: t.string.lstrip("#").strip() for t in tokenize.generate_tokens(io.StringIO(src).readline) if t.type == tokenize.COMMENT}
+    out = {}
+    for f in node.body:
+        if isinstance(f, ast.AnnAssign) and isinstance(f.target, ast.Name):
+            out[f.target.id] = ConfigField(f.target.id, ast.unparse(f.annotation), *_default(f.value), notes.get(f.end_lineno, ""))
+    return out
+
+# %% ../nbs/18_cli.ipynb #3c5e1a9d
+GROUPS = ("model and data", "algorithm", "generation", "optimisation", "evaluation and logging")  # --help sections, in this order
+FIELD_GROUP = {  # config field -> --help section (TrainConfig and SFTConfig; a check below places every field)
+    **dict.fromkeys(("model", "task", "task_kw", "dataset", "reward", "reward_weights", "critic_init", "dtype", "gradient_checkpointing",
+                     "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "n_train", "model_cfg", "chars"), "model and data"),
+    **dict.fromkeys(("algo", "group_size", "ppo_epochs", "n_minibatches"), "algorithm"),
+    **dict.fromkeys(("max_new_tokens", "temperature"), "generation"),
+    **dict.fromkeys(("steps", "n_prompts", "lr", "critic_lr", "weight_decay", "max_grad_norm", "warmup_steps", "seed", "threads",
+                     "shard_rollouts", "batch_size", "warmup"), "optimisation"),
+    **dict.fromkeys(("n_eval", "eval_every", "save_every", "out_dir", "resume", "overwrite", "stop_at", "report_to", "progress",
+                     "eval_n", "target_accuracy", "val_n"), "evaluation and logging"),
+}
+ALIASES = {"out_dir": ("--out",), "progress": ("--quiet",), "shard_rollouts": ("--no-shard",)}  # option names older than the generated ones
+TRAIN_HAND = {"model", "algo", "task", "task_kw", "dataset", "reward", "reward_weights"}  # `rl_notes train` writes these options itself
+SFT_HAND = {"model_cfg", "chars"}  # --model-arg KEY=VALUE; the tokenizer's characters are no command-line setting
+_SCALARS = {"int": int, "float": float, "str": str}
+
+def _none_or(t):
+    "An argparse type: `none` (any case) is None, anything else goes through `t`."
+    def parse(s:str): return None if s.lower() == "none" else t(s)
+    parse.__name__ = t.__name__            # argparse names it in errors: "invalid int value: 'x'"
+    return parse
+
+def _option_type(ann:str):
+    "The argparse type of a field annotation: int, float, str (`X|None` also takes `none`), bool for a flag; None: no option."
+    parts = [a.strip() for a in ann.split("|")]
+    base = [a for a in parts if a != "None"]
+    if base == ["bool"]: return bool
+    if not base or base[0] not in _SCALARS or any(not a.startswith("list[") for a in base[1:]): return None   # str|list[str]: one string
+    return _none_or(_SCALARS[base[0]]) if "None" in parts else _SCALARS[base[0]]
+
+def _sections(q) -> dict:
+    "The --help sections of a subcommand, created in `GROUPS` order (an empty one is not printed)."
+    return {g: q.add_argument_group(g + " options") for g in GROUPS}
+
+def _add_config_options(sec:dict, cls:str, hand:set):
+    "One option per field of the config `cls` that the command line can set, in its section; an option left out keeps the config's default."
+    for f in config_fields(cls).values():
+        t = _option_type(f.annotation)
+        if f.name in hand or t is None or f.default in (_UNREAD, dataclasses.MISSING): continue
+        g, opt, hlp = sec[FIELD_GROUP.get(f.name, GROUPS[-1])], "--" + f.name.replace("_", "-"), f.help.replace("%", "%%")
+        if t is bool:
+            names = (("--no-" + f.name.replace("_", "-")) if f.default else opt,) + ALIASES.get(f.name, ())
+            g.add_argument(*names, dest=f.name, action="store_false" if f.default else "store_true", default=argparse.SUPPRESS,
+                           help=f"{f.name} = {not f.default}: {hlp}")
+        else:
+            g.add_argument(opt, *ALIASES.get(f.name, ()), dest=f.name, type=t, choices=f.choices, default=argparse.SUPPRESS,
+                           metavar=None if f.choices else f.name.upper(), help=f"{hlp} (default {f.default})")
+
+def _given(a, cls:str, hand:set) -> dict:
+    "The config fields the command line set (the others keep the config's defaults)."
+    return {k: getattr(a, k) for k in config_fields(cls) if k not in hand and hasattr(a, k)}
 
 def _reward_arg(s:str):
     "`--reward SPEC` or `SPEC=WEIGHT` -> (spec, weight or None); SPEC is 'module:function' or 'file.py:function'."
@@ -183,50 +220,43 @@ def _task_args(q, model=False):
     if model: q.add_argument("--model", required=True, metavar="PATH", help="directory of a Hugging Face causal-LM checkpoint with its tokenizer")
 
 def _train_parser(q):
-    _task_args(q, model=True)
-    q.add_argument("--algo", default="grpo", choices=PRESET_NAMES, help="algorithm preset (default grpo)")
-    q.add_argument("--set", type=_kv, action="append", metavar="KEY=VALUE", dest="algo_set",
-                   help="override a field of the algorithm, e.g. --set eps_high=0.2 --set dynamic_sampling=false")
-    q.add_argument("--out", default="runs/run", help="run directory: metrics.jsonl, config.json, ckpt/ (default runs/run)")
-    for name, typ, hlp in TRAIN_OPTIONS:
-        q.add_argument("--" + name.replace("_", "-"), type=typ, default=None, help=f"{hlp} (default %(default)s)")
-    q.add_argument("--dataset", default=None, metavar="PATH", help="prompts from a local dataset with a `prompt` column: a jsonl / json / parquet / csv "
-                   "file or a save_to_disk directory (its test split is held out, else a seeded 10%%); default: the task's prompts")
-    q.add_argument("--reward", type=_reward_arg, action="append", metavar="SPEC[=WEIGHT]",
+    sec = _sections(q)
+    _task_args(sec["model and data"], model=True)
+    sec["model and data"].add_argument("--dataset", default=None, metavar="PATH", help="prompts from a local dataset with a `prompt` column: a "
+                   "jsonl / json / parquet / csv file or a save_to_disk directory (its test split is held out, else a seeded 10%%); default: the task's prompts")
+    sec["model and data"].add_argument("--reward", type=_reward_arg, action="append", metavar="SPEC[=WEIGHT]",
                    help="reward function with TRL's signature, 'module:function' or 'file.py:function', optionally =weight; repeatable "
                    "(default: the task's verifier)")
-    q.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"), help="weights dtype (default float32)")
-    q.add_argument("--gradient-checkpointing", action="store_true", help="recompute activations in the backward pass (less memory)")
-    q.add_argument("--lora-r", type=int, default=None, help="train LoRA adapters of this rank (peft) instead of every weight (default 0: off)")
-    q.add_argument("--lora-alpha", type=float, default=None, help="LoRA alpha (default 32)")
-    q.add_argument("--report-to", default=None, choices=("none", "tensorboard", "trackio"), help="also log to TensorBoard or trackio (default none)")
-    q.add_argument("--critic-init", default=None, metavar="PATH", help="start the critic from this reward-model checkpoint (sequence classification, "
-                   "one label; algorithms with a critic only; default: the policy's trunk with a fresh head)")
-    q.add_argument("--resume", action="store_true", help="continue the run in OUT from OUT/ckpt")
-    q.add_argument("--overwrite", action="store_true", help="replace a previous run in OUT (without it, starting over one is refused)")
-    q.add_argument("--no-shard", action="store_true", help="every process samples the whole batch (bit-exact with 1 process)")
-    q.add_argument("--quiet", action="store_true", help="no progress bar")
-    q.defaults_from = _train_defaults
+    sec["algorithm"].add_argument("--algo", default="grpo", choices=PRESET_NAMES, help="algorithm preset (default grpo)")
+    sec["algorithm"].add_argument("--set", type=_kv, action="append", metavar="KEY=VALUE", dest="algo_set",
+                   help="override a field of the algorithm, e.g. --set eps_high=0.2 --set dynamic_sampling=false")
+    _add_config_options(sec, "TrainConfig", TRAIN_HAND)
+
+def _sft_parser(q):
+    sec = _sections(q)
+    _task_args(sec["model and data"])
+    sec["model and data"].add_argument("--model-arg", type=_kv, action="append", metavar="KEY=VALUE", help="tiny_llama option, e.g. hidden_size=128")
+    sec["model and data"].add_argument("--cache-dir", default=None, help=CACHE_HELP)
+    _add_config_options(sec, "SFTConfig", SFT_HAND)
 
 # %% ../nbs/18_cli.ipynb #7e6e67bf
 CACHE_HELP = "SFT cache (default $RL_NOTES_CACHE/sft, else ~/.cache/rl_notes/sft)"
 
-def _parser() -> argparse.ArgumentParser:
+def _command(argv:list[str]) -> str|None:
+    "The subcommand of a command line: its first word that is not an option (`rl_notes` itself has no option but --help)."
+    return next((x for x in argv if not x.startswith("-")), None)
+
+def _parser(cmd:str|None=None,  # the subcommand whose options are built (those of `sft` and `train` are read from the configs' source)
+           ) -> argparse.ArgumentParser:
     "The `rl_notes` command line; it imports nothing heavy, so `rl_notes --help` answers at once."
     p = _Parser(prog="rl_notes", description="RL for language models on a laptop: SFT warm start, PPO / GRPO / Dr. GRPO / DAPO / VAPO "
                 "training on verifiable tasks, evaluation and plots. `rl_notes CMD --help` for each command.")
     sub = p.add_subparsers(dest="cmd", metavar="CMD", parser_class=_Parser)
     sub.required = True
-    q = sub.add_parser("sft", help="supervised warm start (cached by config); prints the checkpoint directory")
-    _task_args(q)
-    q.add_argument("--steps", type=int, default=600, help="optimizer steps (default 600)")
-    q.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (default 3e-3)")
-    q.add_argument("--batch-size", type=int, default=64, help="sequences per step (default 64)")
-    q.add_argument("--n-train", type=int, default=20000, help="distinct training prompts (default 20000; small tasks hold fewer)")
-    q.add_argument("--seed", type=int, default=0)
-    q.add_argument("--model-arg", type=_kv, action="append", metavar="KEY=VALUE", help="tiny_llama option, e.g. hidden_size=128")
-    q.add_argument("--cache-dir", default=None, help=CACHE_HELP)
-    _train_parser(sub.add_parser("train", help="RL training with one of the algorithm presets"))
+    for name, build, hlp in (("sft", _sft_parser, "supervised warm start (cached by config); prints the checkpoint directory"),
+                             ("train", _train_parser, "RL training with one of the algorithm presets")):
+        q = sub.add_parser(name, help=hlp)
+        if cmd == name: build(q)
     q = sub.add_parser("eval", help="greedy held-out accuracy of a checkpoint")
     _task_args(q, model=True)
     q.add_argument("--n", type=int, default=200, help="test-split prompts (default 200)")
@@ -235,7 +265,7 @@ def _parser() -> argparse.ArgumentParser:
     q = sub.add_parser("plot", help="plot the metrics of one or more runs into one PNG")
     q.add_argument("runs", nargs="+", metavar="RUN", help="run directories (with metrics.jsonl)")
     q.add_argument("--out", default="curves.png", help="PNG file (default curves.png)")
-    q.add_argument("--keys", default=",".join(PLOT_KEYS), help=f"comma-separated metrics (default {','.join(PLOT_KEYS)})")
+    q.add_argument("--keys", default=None, help="comma-separated metrics (default: rl_notes.analysis.PLOT_KEYS, held-out accuracy, reward, entropy, response length)")
     q = sub.add_parser("demo", help="the main job: SFT warm start, then GRPO and DAPO on addition; curves and summary")
     q.add_argument("--out", default="runs/demo", help="output directory (default runs/demo; its runs are replaced)")
     q.add_argument("--cache-dir", default=None, help=CACHE_HELP)
@@ -251,25 +281,23 @@ def _train(a) -> int:
     from rl_notes.trainer import TrainConfig, get_algo, train  # heavy: torch and transformers
     from accelerate import Accelerator  # heavy: loads torch.distributed
     rewards = a.reward or []                                   # (spec, weight or None); an unweighted function weighs 1
-    extra = {k: getattr(a, k) for k in ("dtype", "lora_r", "lora_alpha", "report_to") if getattr(a, k) is not None}
     cfg = TrainConfig(model=a.model, algo=get_algo(a.algo, **dict(a.algo_set or [])), task=a.task, task_kw=_task_kw(a.task_arg),
-                      out_dir=a.out, resume=a.resume, overwrite=a.overwrite, shard_rollouts=not a.no_shard, progress=not a.quiet,
-                      critic_init=a.critic_init, dataset=a.dataset, reward=[s for s, _ in rewards] or None,
+                      dataset=a.dataset, reward=[s for s, _ in rewards] or None,
                       reward_weights=[1.0 if w is None else w for _, w in rewards] if any(w is not None for _, w in rewards) else None,
-                      gradient_checkpointing=a.gradient_checkpointing, **extra,
-                      **{k: getattr(a, k) for k, _, _ in TRAIN_OPTIONS if getattr(a, k) is not None})
+                      **_given(a, "TrainConfig", TRAIN_HAND))
     acc = Accelerator()
     rows = train(cfg, acc)
     acc.wait_for_everyone()
     acc.end_training()       # destroys the process group under data parallel: a gloo group left alive can abort the exit
     last = [r for r in rows if r.get("heldout_acc") is not None]
-    if last: print(f"held-out accuracy {last[0]['heldout_acc']:.3f} -> {last[-1]['heldout_acc']:.3f}; metrics in {a.out}/metrics.jsonl")
-    else: print(f"{len(rows)} metric rows in {a.out}/metrics.jsonl")
+    if last: print(f"held-out accuracy {last[0]['heldout_acc']:.3f} -> {last[-1]['heldout_acc']:.3f}; metrics in {cfg.out_dir}/metrics.jsonl")
+    else: print(f"{len(rows)} metric rows in {cfg.out_dir}/metrics.jsonl")
     return 0
 
 def _run(a) -> int:
     if a.cmd == "plot":
-        plot_runs(a.runs, a.out, keys=tuple(k for k in a.keys.split(",") if k)); print(a.out); return 0
+        from rl_notes.analysis import PLOT_KEYS, plot_runs  # numpy and matplotlib: only when drawing
+        plot_runs(a.runs, a.out, keys=tuple(k for k in a.keys.split(",") if k) if a.keys else PLOT_KEYS); print(a.out); return 0
     if a.cmd == "demo":
         if a.sft is not None and not os.path.isdir(a.sft): raise FileNotFoundError(f"--sft {a.sft!r}: no such directory")
         print(demo(a.out, a.cache_dir, quick=a.quick, threads=a.threads, progress=not a.quiet, sft=a.sft)); return 0
@@ -279,8 +307,7 @@ def _run(a) -> int:
         raise FileNotFoundError(f"--model {a.model!r}: no such directory")
     if a.cmd == "sft":
         from rl_notes.models import sft_warm_start  # heavy: transformers
-        print(sft_warm_start(task, model_cfg=_model_args(a.model_arg), steps=a.steps, lr=a.lr, batch_size=a.batch_size, n_train=a.n_train,
-                             seed=a.seed, cache_dir=a.cache_dir)); return 0
+        print(sft_warm_start(task, model_cfg=_model_args(a.model_arg), cache_dir=a.cache_dir, **_given(a, "SFTConfig", SFT_HAND))); return 0
     if a.cmd == "eval":
         from rl_notes.models import load_model  # heavy: transformers
         from rl_notes.rollout import evaluate  # heavy: transformers
@@ -291,7 +318,8 @@ def _run(a) -> int:
 def main(argv:list[str]|None=None) -> int:
     "Entry point of the `rl_notes` console script; returns the exit status."
     try:
-        a = _parser().parse_args(argv)
+        argv = sys.argv[1:] if argv is None else list(argv)
+        a = _parser(_command(argv)).parse_args(argv)
         return _run(a)
     except (UsageError, ValueError, FileNotFoundError) as e:   # ValueError covers ConfigError, CheckpointError, TrainingDiverged
         print(f"rl_notes: error: {e}", file=sys.stderr)

@@ -11,16 +11,11 @@ def _free_port():
     import socket
     with socket.socket() as s: s.bind(("127.0.0.1", 0)); return s.getsockname()[1]
 
-def micro_model(d):
-    from rl_notes.models import sft_warm_start
-    return str(sft_warm_start("addition", model_cfg=dict(hidden_size=32, num_layers=1, heads=2), steps=60, batch_size=32,
-                              eval_n=0, n_train=2000, cache_dir=d, progress=False, max_digits=2, scratchpad=False))
-
 @pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun not installed")
 # ppo: the critic's value loss also uses the global token count; 80/20: the entropy quantile over both processes' tokens
 @pytest.mark.parametrize("algo", ["dapo", "ppo", "80/20"])
-def test_two_processes_match_one(tmp_path, algo):
-    model = micro_model(tmp_path / "cache")
+def test_two_processes_match_one(tmp_path, algo, micro_sft):
+    model = micro_sft
     code = "import sys; from rl_notes.cli import main; sys.exit(main())"
     script = tmp_path / "rl_notes_main.py"; script.write_text(code)
     sets = {"dapo": ["--set", "cache_len=2", "--set", "max_rounds=2"], "80/20": ["--set", "top_entropy_quantile=0.2", "--set", "beta=0"]}
@@ -51,9 +46,9 @@ def test_two_processes_match_one(tmp_path, algo):
     assert checked > 40
 
 @pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun not installed")
-def test_sharded_two_processes_train(tmp_path):
+def test_sharded_two_processes_train(tmp_path, micro_sft):
     "Sharded rollouts (each process samples its own prompts): whitening, explained variance and token counts reduce over both."
-    model = micro_model(tmp_path / "cache")
+    model = micro_sft
     script = tmp_path / "rl_notes_main.py"; script.write_text("import sys; from rl_notes.cli import main; sys.exit(main())")
     args = ["train", "--model", model, "--task-arg", "max_digits=2", "--task-arg", "scratchpad=false", "--algo", "ppo", "--steps", "2",
             "--n-prompts", "4", "--group-size", "4", "--max-new-tokens", "5", "--n-eval", "8", "--n-train", "200", "--ppo-epochs", "2",

@@ -22,20 +22,42 @@ def test_help():
     for cmd in ("sft", "train", "eval", "plot", "demo"): assert cmd in r.stdout
     r = run("train", "--help")
     assert r.returncode == 0 and "--algo" in r.stdout and "dapo" in r.stdout and "--task-arg" in r.stdout and "--overwrite" in r.stdout
-    assert "RL steps (default 100)" in r.stdout                       # defaults read from TrainConfig when help is printed
+    text = " ".join(r.stdout.split())                                  # argparse wraps at the terminal width
+    assert "--steps STEPS RL steps (one rollout batch each) (default 100)" in text   # type, help and default from TrainConfig
+    for old in ("--out", "--quiet", "--no-shard", "--group-size", "--max-new-tokens", "--lr"): assert old in text   # option names kept
+    sections = [text.index(f"{g} options:") for g in ("model and data", "algorithm", "generation", "optimisation", "evaluation and logging")]
+    assert sections == sorted(sections)
+    r = run("sft", "--help")
+    assert "--steps STEPS most optimiser steps (the cosine schedule spans them) (default 1000)" in " ".join(r.stdout.split())
 
-def test_help_imports_nothing_heavy():
-    "`rl_notes --help` must answer at once: the parser loads neither torch nor the trainer."
-    code = ("import sys; from rl_notes.cli import main\ntry: main(['--help'])\nexcept SystemExit: pass\n"
-            "print(sorted(m for m in ('torch', 'transformers', 'accelerate', 'rl_notes.trainer') if m in sys.modules))")
+@pytest.mark.parametrize("cmd", [[], ["train"], ["sft"]])
+def test_help_imports_nothing_heavy(cmd):
+    "`rl_notes --help` and `rl_notes train --help` must answer at once: the parser loads neither torch nor the trainer."
+    code = (f"import sys; from rl_notes.cli import main\ntry: main({cmd + ['--help']!r})\nexcept SystemExit: pass\n"
+            "print(sorted(m for m in ('torch', 'transformers', 'accelerate', 'rl_notes.trainer', 'numpy') if m in sys.modules))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.stdout.splitlines()[-1] == "[]", r.stdout + r.stderr
 
-def test_preset_names_are_the_trainers():
-    from rl_notes.cli import PRESET_NAMES, TRAIN_OPTIONS
+def test_options_are_the_config_fields():
+    "Every field of TrainConfig and SFTConfig is an option (name, type, default and help from the source) or written by hand."
+    import dataclasses
+    from rl_notes.cli import PRESET_NAMES, SFT_HAND, TRAIN_HAND, _parser, config_fields
+    from rl_notes.models import SFTConfig
     from rl_notes.trainer import PRESETS, TrainConfig
     assert list(PRESET_NAMES) == sorted(PRESETS)
-    assert {n for n, _, _ in TRAIN_OPTIONS} <= set(TrainConfig.__dataclass_fields__)
+    for C, hand, cmd in ((TrainConfig, TRAIN_HAND, "train"), (SFTConfig, SFT_HAND, "sft")):
+        q = _parser(cmd)._subparsers._group_actions[0].choices[cmd]
+        dests = {a.dest for a in q._actions}
+        for f in dataclasses.fields(C):
+            assert f.name in dests or f.name in hand, f"{C.__name__}.{f.name} is no option of `rl_notes {cmd}`"
+            if f.name in dests and f.name not in hand:
+                d = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+                assert config_fields(C.__name__)[f.name].default == d
+                act = next(a for a in q._actions if a.dest == f.name)
+                assert act.type is None or f"(default {d})" in act.help, (f.name, act.help)
+    q = _parser("train")._subparsers._group_actions[0].choices["train"]
+    hand_defaults = {a.dest: a.default for a in q._actions if a.dest in ("task", "algo", "dataset")}
+    assert hand_defaults == {"task": TrainConfig.task, "algo": TrainConfig.algo, "dataset": TrainConfig.dataset}   # the options written by hand agree too
 
 # errors argparse finds (no heavy import): through the console script
 @pytest.mark.parametrize("args,msg", [
@@ -78,14 +100,8 @@ def test_config_errors_are_one_line(args, msg, capsys):
     err = capsys.readouterr().err
     one_line_error(subprocess.CompletedProcess(args, code, "", err), msg)
 
-@pytest.fixture(scope="module")
-def micro(tmp_path_factory):
-    from rl_notes.models import sft_warm_start
-    return str(sft_warm_start("addition", model_cfg=dict(hidden_size=32, num_layers=1, heads=2), steps=60, batch_size=32, eval_n=0,
-                              n_train=2000, cache_dir=tmp_path_factory.mktemp("sft"), progress=False, max_digits=2, scratchpad=False))
-
-def test_one_run_per_directory_and_divergence(micro, tmp_path):
-    args = ["train", "--model", micro, "--task-arg", "max_digits=2", "--task-arg", "scratchpad=false", "--n-prompts", "2",
+def test_one_run_per_directory_and_divergence(micro_sft, tmp_path):
+    args = ["train", "--model", micro_sft, "--task-arg", "max_digits=2", "--task-arg", "scratchpad=false", "--n-prompts", "2",
             "--group-size", "4", "--max-new-tokens", "3", "--n-eval", "4", "--n-train", "200", "--quiet", "--threads", "1",
             "--set", "soft_overlong=true", "--set", "cache_len=2", "--out", tmp_path / "run"]
     r = run(*args, "--steps", "2", "--save-every", "1"); assert r.returncode == 0, r.stderr[-2000:]

@@ -173,15 +173,8 @@ def test_sequence_logps_properties(B, T, seed):
 
 
 # ---------------------------------------------------------------- model path
-def _tiny(V=40):
-    from transformers import LlamaConfig, LlamaForCausalLM
-    torch.manual_seed(0)
-    return LlamaForCausalLM(LlamaConfig(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                                        num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=32))
-
-
-def test_concatenated_forward_matches_per_sequence():
-    lm = _tiny()
+def test_concatenated_forward_matches_per_sequence(tiny_lm):
+    lm = tiny_lm()
     prompts, chosen, rejected = [[1, 5, 6], [1, 7]], [[8, 9, 10, 11], [12]], [[13], [14, 15, 16, 17, 18, 19]]
     out = concatenated_forward(lm, collate_pairs(prompts, chosen, rejected))
     for side, answers in (("chosen", chosen), ("rejected", rejected)):
@@ -227,15 +220,15 @@ def _pairs(n, seed):
              r(torch.randint(1, 6, (1,), generator=g))) for _ in range(n)]
 
 
-def test_train_dpo_split_run_equals_uninterrupted(tmp_path):
+def test_train_dpo_split_run_equals_uninterrupted(tmp_path, tiny_lm):
     "A run stopped at a step that is both saved and evaluated, then resumed, equals an uninterrupted one."
     from rl_notes.preference import train_dpo
     pairs = _pairs(10, 0)
     kw = dict(batch_size=4, lr=1e-2, eval_every=2, probe=4, save_every=2, nll_coef=0.5)
-    a = _tiny(); ha = train_dpo(a, None, pairs, 7, out_dir=str(tmp_path / "a"), **kw)
-    b = _tiny(); train_dpo(b, None, pairs, 4, out_dir=str(tmp_path / "b"), **kw)     # stops after 4 steps, as if killed
-    b = _tiny(); hb = train_dpo(b, None, pairs, 7, out_dir=str(tmp_path / "b"), **kw)  # a fresh process resumes
+    a = tiny_lm(); ha = train_dpo(a, None, pairs, 7, out_dir=str(tmp_path / "a"), **kw)
+    b = tiny_lm(); train_dpo(b, None, pairs, 4, out_dir=str(tmp_path / "b"), **kw)     # stops after 4 steps, as if killed
+    b = tiny_lm(); hb = train_dpo(b, None, pairs, 7, out_dir=str(tmp_path / "b"), **kw)  # a fresh process resumes
     assert hb == ha
     for pa, pb in zip(a.parameters(), b.parameters()): assert torch.equal(pa, pb)
     assert ha[0]["probe/loss"] == pytest.approx(math.log(2), abs=1e-6)
-    with pytest.raises(ValueError, match="different run"): train_dpo(_tiny(), None, pairs[:9], 7, out_dir=str(tmp_path / "b"), **kw)
+    with pytest.raises(ValueError, match="different run"): train_dpo(tiny_lm(), None, pairs[:9], 7, out_dir=str(tmp_path / "b"), **kw)

@@ -5,16 +5,10 @@ from rl_notes.trainer import PRESETS, TrainConfig, Meter, get_algo, setup, colle
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: checks that the trainer keeps every tensor on the GPU")
 
-@pytest.fixture(scope="module")
-def micro(tmp_path_factory):
-    from rl_notes.models import sft_warm_start
-    return str(sft_warm_start("addition", model_cfg=dict(hidden_size=32, num_layers=1, heads=2), steps=60, batch_size=32, eval_n=0,
-                              n_train=2000, cache_dir=tmp_path_factory.mktemp("sft"), progress=False, max_digits=2, scratchpad=False))
-
 @pytest.mark.parametrize("name", sorted(PRESETS))
-def test_two_steps_on_cuda(micro, tmp_path, name):
+def test_two_steps_on_cuda(micro_sft, tmp_path, name):
     algo = get_algo(name, soft_overlong=True, cache_len=2, **({"value_pretrain_steps": 2} if name == "vapo" else {}))
-    cfg = TrainConfig(model=micro, algo=algo, task_kw=dict(max_digits=2, scratchpad=False), steps=2, n_prompts=4, group_size=4,
+    cfg = TrainConfig(model=micro_sft, algo=algo, task_kw=dict(max_digits=2, scratchpad=False), steps=2, n_prompts=4, group_size=4,
                       max_new_tokens=3, n_train=500, n_eval=8, eval_every=1, save_every=1, progress=False, out_dir=str(tmp_path / name))
     with setup(cfg) as run:
         assert run.device.type == "cuda" and next(run.policy.parameters()).device.type == "cuda"

@@ -6,7 +6,7 @@
 | L1 | ppo, grpo, dapo, vapo, dpo, family, offpolicy (in that order) | L0, earlier L1; torch only among third-party packages; no file I/O |
 | L2 | data, tasks, rollout, checkpoint, models (in that order) | L0-L1, earlier L2, transformers, tokenizers, datasets, safetensors, numpy, tqdm, math_verify, peft |
 | L3 | trainer, preference, control, fingerprint, lab | L0-L2, accelerate, numpy, tqdm, gymnasium, matplotlib, safetensors (weight files), peft, tensorboard, trackio; fingerprint may import trainer, lab trainer and fingerprint, nothing else within L3 |
-| L4 | cli | anything |
+| L4 | analysis, cli (in that order) | cli: anything; analysis: numpy and matplotlib, and no rl_notes module (training never depends on it) |
 
 No file I/O in L1 means: none of os, io, json, shutil, pathlib, safetensors is imported, and `open(` is never called.
 An import inside a function or class is allowed only for a heavy third-party package (`HEAVY`), with a one-line reason
@@ -26,7 +26,7 @@ LAYERS = {  # layer -> modules, in the order in which later modules may import e
     1: ["ppo", "grpo", "dapo", "vapo", "dpo", "family", "offpolicy"],
     2: ["data", "tasks", "rollout", "checkpoint", "models"],
     3: ["trainer", "preference", "control", "fingerprint", "lab"],
-    4: ["cli"],
+    4: ["analysis", "cli"],
 }
 THIRD_PARTY = {  # third-party packages each layer may import (the standard library is allowed everywhere)
     0: {"torch"},
@@ -37,6 +37,8 @@ THIRD_PARTY = {  # third-party packages each layer may import (the standard libr
 }
 NO_FILE_IO = {1: {"os", "io", "json", "shutil", "pathlib", "safetensors"}}  # modules an L1 module may not import
 SAME_LAYER = {3: {"fingerprint": {"trainer"}, "lab": {"trainer", "fingerprint"}}}  # L3: only these imports within the layer (the fingerprint runs trainer micro runs, lab runs trainer jobs keyed by the fingerprint)
+# modules held to less than their layer allows: (third-party packages, rl_notes modules) they may import
+ONLY = {"analysis": ({"numpy", "matplotlib"}, set())}  # run analysis: reads metrics.jsonl, imports nothing of training
 HEAVY = {"transformers", "datasets", "accelerate", "gymnasium", "matplotlib", "trl", "peft", "math_verify", "trackio", "tensorboard",
          "torch.utils.tensorboard"}  # top-level packages, or a dotted module (that module and its submodules)
 LAZY_L4 = {"torch", PKG}  # the CLI imports these inside its commands so that `--help` stays fast
@@ -83,6 +85,11 @@ def _rule(mod: str, target: str):
     "Why `mod` may not import `target` (None if it may)."
     layer = LAYER_OF[mod]
     top = target.split(".")[0]
+    if mod in ONLY and top not in STDLIB:
+        pkgs, mods = ONLY[mod]
+        if top == PKG and target != PKG and target.split(".")[1] not in mods | EXEMPT:
+            return f"{mod} may import no {PKG} module except {sorted(mods)}, not {target}"
+        if top != PKG and top not in pkgs: return f"{mod} may import only {sorted(pkgs)} among third-party packages, not `{top}`"
     if top == PKG:
         if target == PKG: return None  # the package itself (its __init__: the version)
         dep = target.split(".")[1]
@@ -176,5 +183,9 @@ def test_checker_catches_each_kind_of_violation(tmp_path, monkeypatch):
     assert "needs a one-line reason" in _check("cli", "def f():\n    import torch\n", tmp_path, monkeypatch)[0]
     assert "only heavy third-party" in _check("cli", "def f():\n    import json\n", tmp_path, monkeypatch)[0]
     assert "not in the layer table" in _check("lab", "from .newthing import x\n", tmp_path, monkeypatch)[0]
+    assert _check("analysis", "import json\nimport numpy as np\ndef f():\n    import matplotlib  # heavy: plots only\n", tmp_path, monkeypatch) == []
+    assert "may import no rl_notes module" in _check("analysis", "from .checkpoint import MetricsLog\n", tmp_path, monkeypatch)[0]
+    assert "only ['matplotlib', 'numpy'] among third-party" in _check("analysis", "import torch\n", tmp_path, monkeypatch)[0]
+    assert "a higher layer" in _check("lab", "from .analysis import curves\n", tmp_path, monkeypatch)[0]
     (tmp_path / "newthing.py").write_text("")
     assert "module `newthing` is not in the layer table" in violations("newthing")[0]

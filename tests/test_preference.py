@@ -8,12 +8,6 @@ from rl_notes.checkpoint import CheckpointError, ConfigError, RunLock
 torch.set_num_threads(1)
 
 
-def _tiny(V=40):
-    from transformers import LlamaConfig, LlamaForCausalLM
-    torch.manual_seed(0)
-    return LlamaForCausalLM(LlamaConfig(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                                        num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=32))
-
 def _pairs(n, seed):
     g = torch.Generator().manual_seed(seed)
     r = lambda k: torch.randint(3, 40, (int(k),), generator=g).tolist()
@@ -24,8 +18,8 @@ PAIRS = _pairs(10, 0)
 KW = dict(batch_size=4, lr=1e-2, eval_every=2, probe=4, save_every=2, nll_coef=0.5)
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory):
-    a = _tiny(); h = train_dpo(a, None, PAIRS, 7, out_dir=str(tmp_path_factory.mktemp("full") / "a"), **KW)
+def uninterrupted(tmp_path_factory, tiny_lm):
+    a = tiny_lm(); h = train_dpo(a, None, PAIRS, 7, out_dir=str(tmp_path_factory.mktemp("full") / "a"), **KW)
     return h, [p.detach().clone() for p in a.parameters()]
 
 def _same(model, params): return all(torch.equal(p, q) for p, q in zip(model.parameters(), params))
@@ -42,22 +36,22 @@ def _same(model, params): return all(torch.equal(p, q) for p, q in zip(model.par
     (dict(save_every=-1), "DPOConfig.save_every must be an int >= 1, got -1"),
     (dict(nll_coef=0.0, dpo_coef=0.0), "must not both be 0"),
 ])
-def test_dpo_config_errors(kw, msg):
+def test_dpo_config_errors(kw, msg, tiny_lm):
     with pytest.raises(ConfigError, match=msg.replace("(", r"\(").replace(")", r"\)")): DPOConfig(**kw)
-    with pytest.raises(ValueError, match="DPOConfig"): train_dpo(_tiny(), None, PAIRS, **{"steps": 2, **kw})
+    with pytest.raises(ValueError, match="DPOConfig"): train_dpo(tiny_lm(), None, PAIRS, **{"steps": 2, **kw})
 
-def test_split_run_equals_uninterrupted(tmp_path, uninterrupted):
+def test_split_run_equals_uninterrupted(tmp_path, uninterrupted, tiny_lm):
     ha, pa = uninterrupted
-    b = _tiny(); train_dpo(b, None, PAIRS, 4, out_dir=str(tmp_path / "b"), **KW)
-    b = _tiny(); hb = train_dpo(b, None, PAIRS, 7, out_dir=str(tmp_path / "b"), **KW)
+    b = tiny_lm(); train_dpo(b, None, PAIRS, 4, out_dir=str(tmp_path / "b"), **KW)
+    b = tiny_lm(); hb = train_dpo(b, None, PAIRS, 7, out_dir=str(tmp_path / "b"), **KW)
     assert hb == ha and _same(b, pa)
     st = json.loads((tmp_path / "b" / "ckpt" / "state.json").read_text())
     assert st["step"] == 7 and sorted(st["files"]) == ["optim_policy.safetensors", "policy.safetensors", "ref_logps.safetensors", "rng_0.json"]
     assert json.loads((tmp_path / "b" / "done.json").read_text())["steps"] == 7
-    with pytest.raises(ValueError, match="different run"): train_dpo(_tiny(), None, PAIRS[:9], 7, out_dir=str(tmp_path / "b"), **KW)
-    c = _tiny(); assert train_dpo(c, None, PAIRS, 7, out_dir=str(tmp_path / "b"), **KW) == ha and _same(c, pa)   # finished: loads
+    with pytest.raises(ValueError, match="different run"): train_dpo(tiny_lm(), None, PAIRS[:9], 7, out_dir=str(tmp_path / "b"), **KW)
+    c = tiny_lm(); assert train_dpo(c, None, PAIRS, 7, out_dir=str(tmp_path / "b"), **KW) == ha and _same(c, pa)   # finished: loads
 
-def test_kill_between_renames_then_resume(tmp_path, monkeypatch, uninterrupted):
+def test_kill_between_renames_then_resume(tmp_path, monkeypatch, uninterrupted, tiny_lm):
     ha, pa = uninterrupted
     real, seen = os.replace, []
     def replace(a, b):
@@ -65,38 +59,38 @@ def test_kill_between_renames_then_resume(tmp_path, monkeypatch, uninterrupted):
         if str(a).endswith("ckpt"): seen.append(a)
         real(a, b)
     monkeypatch.setattr(os, "replace", replace)
-    with pytest.raises(KeyboardInterrupt): train_dpo(_tiny(), None, PAIRS, 7, out_dir=str(tmp_path / "k"), **KW)
+    with pytest.raises(KeyboardInterrupt): train_dpo(tiny_lm(), None, PAIRS, 7, out_dir=str(tmp_path / "k"), **KW)
     monkeypatch.undo()
     assert sorted(os.listdir(tmp_path / "k")) == ["ckpt.old", "ckpt.tmp", "metrics.jsonl"]       # no ckpt/, no lock
-    k = _tiny()
+    k = tiny_lm()
     with pytest.warns(UserWarning, match="recovered"): hk = train_dpo(k, None, PAIRS, 7, out_dir=str(tmp_path / "k"), **KW)
     assert hk == ha and _same(k, pa)
 
-def test_partial_metrics_line_after_kill(tmp_path, uninterrupted):
+def test_partial_metrics_line_after_kill(tmp_path, uninterrupted, tiny_lm):
     ha, pa = uninterrupted
-    train_dpo(_tiny(), None, PAIRS, 4, out_dir=str(tmp_path / "p"), **KW)
+    train_dpo(tiny_lm(), None, PAIRS, 4, out_dir=str(tmp_path / "p"), **KW)
     with open(tmp_path / "p" / "metrics.jsonl", "a") as f: f.write('{"step": 5, "dpo_l')          # killed mid-append
-    p = _tiny()
+    p = tiny_lm()
     with pytest.warns(UserWarning, match="partial last line"): hp = train_dpo(p, None, PAIRS, 7, out_dir=str(tmp_path / "p"), **KW)
     assert hp == ha and _same(p, pa)
     assert [json.loads(l) for l in open(tmp_path / "p" / "metrics.jsonl")] == ha
 
-def test_damaged_checkpoint_is_refused(tmp_path):
-    train_dpo(_tiny(), None, PAIRS, 4, out_dir=str(tmp_path / "d"), **KW)
+def test_damaged_checkpoint_is_refused(tmp_path, tiny_lm):
+    train_dpo(tiny_lm(), None, PAIRS, 4, out_dir=str(tmp_path / "d"), **KW)
     w = tmp_path / "d" / "ckpt" / "policy.safetensors"
     data = w.read_bytes(); w.write_bytes(data[:-32] + os.urandom(32))
-    with pytest.raises(CheckpointError, match=r"cannot read policy .*corrupt"): train_dpo(_tiny(), None, PAIRS, 7, out_dir=str(tmp_path / "d"), **KW)
+    with pytest.raises(CheckpointError, match=r"cannot read policy .*corrupt"): train_dpo(tiny_lm(), None, PAIRS, 7, out_dir=str(tmp_path / "d"), **KW)
     w.write_bytes(data)
     (tmp_path / "d" / "ckpt" / "ref_logps.safetensors").write_bytes(b"junk")
-    with pytest.raises(CheckpointError, match="cannot read ref_logps"): train_dpo(_tiny(), None, PAIRS, 7, out_dir=str(tmp_path / "d"), **KW)
+    with pytest.raises(CheckpointError, match="cannot read ref_logps"): train_dpo(tiny_lm(), None, PAIRS, 7, out_dir=str(tmp_path / "d"), **KW)
     st = json.loads((tmp_path / "d" / "ckpt" / "state.json").read_text()); st["step"] = -3
     (tmp_path / "d" / "ckpt" / "state.json").write_text(json.dumps(st))
-    with pytest.raises(CheckpointError, match="field `step` must be an int >= 0, got -3"): train_dpo(_tiny(), None, PAIRS, 7, out_dir=str(tmp_path / "d"), **KW)
+    with pytest.raises(CheckpointError, match="field `step` must be an int >= 0, got -3"): train_dpo(tiny_lm(), None, PAIRS, 7, out_dir=str(tmp_path / "d"), **KW)
     with pytest.raises(CheckpointError, match="beyond `steps`"):
         st["step"] = 9; (tmp_path / "d" / "ckpt" / "state.json").write_text(json.dumps(st))
-        train_dpo(_tiny(), None, PAIRS, 7, out_dir=str(tmp_path / "d"), **KW)
+        train_dpo(tiny_lm(), None, PAIRS, 7, out_dir=str(tmp_path / "d"), **KW)
 
-def test_lock_and_overwrite(tmp_path, uninterrupted):
+def test_lock_and_overwrite(tmp_path, uninterrupted, tiny_lm):
     ha, _ = uninterrupted
     out = tmp_path / "o"
     child = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom rl_notes.checkpoint import RunLock\n"
@@ -104,10 +98,10 @@ def test_lock_and_overwrite(tmp_path, uninterrupted):
                              stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout.readline().strip() == "locked"
-        with pytest.raises(CheckpointError, match=f"is in use by process {child.pid}"): train_dpo(_tiny(), None, PAIRS, 3, out_dir=str(out), **KW)
+        with pytest.raises(CheckpointError, match=f"is in use by process {child.pid}"): train_dpo(tiny_lm(), None, PAIRS, 3, out_dir=str(out), **KW)
     finally: child.kill(); child.wait()
-    train_dpo(_tiny(), None, PAIRS, 3, out_dir=str(out), **KW)                                 # the dead owner's lock is stale
+    train_dpo(tiny_lm(), None, PAIRS, 3, out_dir=str(out), **KW)                                 # the dead owner's lock is stale
     with pytest.raises(CheckpointError, match=r"holds a previous run .*overwrite=True"):
-        train_dpo(_tiny(), None, PAIRS, 7, out_dir=str(out), resume=False, **KW)
-    assert train_dpo(_tiny(), None, PAIRS, 7, out_dir=str(out), overwrite=True, **KW) == ha
+        train_dpo(tiny_lm(), None, PAIRS, 7, out_dir=str(out), resume=False, **KW)
+    assert train_dpo(tiny_lm(), None, PAIRS, 7, out_dir=str(out), overwrite=True, **KW) == ha
     assert not (out / ".lock").exists()
