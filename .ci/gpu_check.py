@@ -97,7 +97,7 @@ def char_model(scratchpad:bool):
     return str(sft_warm_start("addition", steps=300, n_train=8000, eval_n=0, progress=False, cache_dir=str(REPO / "runs" / "cache"), **kw)), kw
 
 def bench_sizes(tmp:str, quick:bool=False) -> list[dict]:
-    "bench_real's three sizes and a larger Qwen2 (~190M parameters, V = 151936) that only fits a GPU."
+    "bench_real's three sizes and a larger Qwen2 with Qwen's vocabulary (V = 151936, d = 768 x 8 layers) that only fits a GPU."
     from rl_notes.models import save_tiny_chat_model
     def qwen(name, **kw):
         p = Path(tmp) / name
