@@ -73,7 +73,20 @@ def test_logprob_part_on_cpu():
     res = gc.part_logprob(Ctx(), device="cpu", shape=(2, 8, 300), dtype="bfloat16", repeats=1)
     meths = {r["method"] for r in res["rows"]}
     assert {"rl_notes", "rl_notes_ent", "naive"} <= meths and len(res["rows"]) == 2 * len(meths)
-    ref = "trl" if "trl" in meths else "naive"
+    assert res["reference"] == ("trl" if "trl" in meths else "naive")
     for r in res["rows"]:
-        assert r["ms"] > 0 and r["peak_extra_GiB"] is None and r[f"{ref}_over_this"] > 0
+        assert r["ms"] > 0 and r["peak_extra_GiB"] is None and r["ref_over_this"] > 0
         assert r["max_abs_err"] < 0.1, r                 # bf16 logits against a float64 reference of the same bf16 values
+
+def test_summary_quotes_the_ratios():
+    "The printed summary: one line per part, then the bench ratios, the kernel's time against the reference and the D3 verdict."
+    lp = gc.part_logprob(Ctx(), device="cpu", shape=(1, 4, 50), dtype="float32", repeats=1)
+    rep = {"env": {"torch": "2.11.0", "cuda_available": True, "device": "NVIDIA H200"}, "wall_s": 100.0, "parts": [
+        {"name": "bench", "status": "passed", "wall_s": 50.0, "budget_s": 120, "result": {"sizes": [
+            {"name": "char", "hf_full_over_rl_notes": 2.5, "trl_over_rl_notes": 3.25}, {"name": "big", "skipped": "time budget"}]}},
+        {"name": "logprob", "status": "passed", "wall_s": 5.0, "budget_s": 30, "result": lp},
+        {"name": "failure_d3", "status": "failed", "reason": "timed out after 70 s", "wall_s": 70.0, "budget_s": 70}]}
+    out = gc.summary(rep)
+    assert "yes: NVIDIA H200" in out and "timed out after 70 s" in out
+    assert "char: HF generate+decode+logp / rl_notes 2.50x; TRL step / rl_notes 3.25x" in out and "big" not in out
+    assert out.count("log-prob fwd") == 2 and "extra peak n/a the logits" in out   # fwd and fwd+bwd; no CUDA peak on a CPU
