@@ -26,7 +26,7 @@ LAYERS = {  # layer -> modules, in the order in which later modules may import e
     1: ["ppo", "grpo", "dapo", "vapo", "dpo", "family"],
     2: ["data", "tasks", "rollout", "checkpoint", "models"],
     3: ["trainer", "preference", "control", "lab"],
-    4: ["cli"],
+    4: ["cli", "doctor"],
 }
 THIRD_PARTY = {  # third-party packages each layer may import (the standard library is allowed everywhere)
     0: {"torch"},
