@@ -256,6 +256,9 @@ def test_cli(tmp_path):
         assert p.returncode == 2 and p.stdout == "" and p.stderr.count("\n") == 1 and p.stderr.startswith("rl_notes doctor: error: ")
         assert msg in p.stderr
     assert main([str(tmp_path / "run.jsonl")]) == 0
+    p = _cli(tmp_path / "run.jsonl", "--map", "mystery=lr", "--json", "-", "--map", "reward=acc")   # --map repeats
+    d = json.loads(p.stdout[p.stdout.index("\n{") + 1:])
+    assert p.returncode == 0 and "acc" in d["metrics"] and "lr" in d["metrics"] and "reward" not in d["metrics"]
 
 
 def test_import_stays_light():
