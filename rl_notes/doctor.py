@@ -9,13 +9,13 @@ __all__ = ['VOCAB', 'SOURCE_MAPS', 'NOT_METRICS', 'KNOWN_UNUSED', 'VERL_VAL', 'M
            'check_loss_zero', 'check_heldout', 'check_mismatch', 'Report', 'diagnose', 'format_report', 'dashboard',
            'main']
 
-# %% ../nbs/22_doctor.ipynb #8d356a53
+# %% ../nbs/22_doctor.ipynb #96bfb557
 import argparse, csv, json, math, os, re, sys
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 import numpy as np
 
-# %% ../nbs/22_doctor.ipynb #c757cbcc
+# %% ../nbs/22_doctor.ipynb #84665ea9
 VOCAB = ("reward", "acc", "reward_std", "zero_std_frac", "entropy", "clipfrac", "clipfrac_low", "clipfrac_high",
          "dualclip_frac", "approx_kl", "kl_ref", "len_mean", "len_right", "len_wrong", "len_terminated", "trunc_frac",
          "explained_var", "loss", "grad_norm", "lr", "heldout_acc", "heldout_reward", "heldout_pass_k",
@@ -58,7 +58,7 @@ VERL_VAL = re.compile(r"^val-core/[^/]+/(acc|reward)/(mean@\d+|best@\d+/mean)$")
 class DoctorError(ValueError):
     "A log the doctor cannot read: the message names the file (and the line) and what is wrong with it."
 
-# %% ../nbs/22_doctor.ipynb #32c62f60
+# %% ../nbs/22_doctor.ipynb #ec060e3e
 def _read_jsonl(path:Path) -> list[dict]:
     "The JSON objects of a JSONL file, one per non-blank line; errors name the file and line."
     text = _read_text(path)
@@ -141,7 +141,7 @@ def read_log(path:str|Path,  # a run directory, trainer_state.json, metrics.json
         rows = [{"step": r.get("step"), **r["data"]} for r in rows]
     return source, rows, p
 
-# %% ../nbs/22_doctor.ipynb #d1c5df37
+# %% ../nbs/22_doctor.ipynb #2e6414d5
 def _verl_val(rows:list[dict]) -> list[dict]:
     "verl: val-core acc/reward mean@N -> heldout_acc (or heldout_reward), best@N/mean -> heldout_pass_k (mean over data sources)."
     out = []
@@ -190,7 +190,7 @@ def to_series(rows:list[dict], source:str,
     series = {k: (np.array(sorted(d)), np.array([d[s] for s in sorted(d)])) for k, d in pts.items()}
     return series, sorted(unmapped)
 
-# %% ../nbs/22_doctor.ipynb #9c56b63f
+# %% ../nbs/22_doctor.ipynb #3291b047
 MIN_POINTS = 8  # logged values a trend check needs (two windows of at least 3, and something between them)
 T = dict(  # the thresholds (present, borderline); the reasoning is in the markdown above
     entropy_collapse=(0.25, 0.5), entropy_runaway=(2.0, 1.5), zero_std=(0.5, 0.3), trunc=(0.2, 0.1), trunc_rise=0.1,
@@ -257,7 +257,7 @@ def _mk(key, title, status, conf, evidence, window, metrics, spans=None, **numbe
     return Finding(key, title, status, conf, evidence, _steps(window), metrics, {k: round(float(v), 6) for k, v in numbers.items()},
                    sec, knobs, [_steps(sp) for sp in spans or [window]])
 
-# %% ../nbs/22_doctor.ipynb #31467b64
+# %% ../nbs/22_doctor.ipynb #f2951558
 def _first(s:dict, *names): return next((n for n in names if n in s), None)
 
 def check_entropy(s:dict) -> Finding|None:
@@ -389,7 +389,7 @@ def check_loss_zero(s:dict) -> Finding|None:
 def check_heldout(s:dict) -> Finding|None:
     "Training accuracy/reward gains >= 0.1 while the held-out metric gains < 1/5 of that (borderline < 1/2)."
     tr, ho = _first(s, "acc", "reward"), _first(s, "heldout_acc", "heldout_reward")
-    (x, y), (hx, hy) = s[tr], s[ho]
+    (x, y), (_, hy) = s[tr], s[ho]
     w = _windows(x, y); gain = w["late"] - w["early"]
     if gain < T["reward_gain"] or len(hy) < 3: return None
     k = max(1, len(hy) // 3)
@@ -424,7 +424,7 @@ CHECKS = {  # name -> (groups of metrics (each group: any one of them is enough)
     "mismatch": ([("mismatch_logp", "mismatch_kl")], 3, check_mismatch),
 }
 
-# %% ../nbs/22_doctor.ipynb #9fc1837c
+# %% ../nbs/22_doctor.ipynb #2313121c
 @dataclass
 class Report:
     "What the doctor read and what it found."
@@ -499,7 +499,7 @@ def format_report(r:Report, width:int=110) -> str:
         out.append(f"unknown names (--map NAME=INTERNAL uses one): {', '.join(r.unmapped[:8])}{more}")
     return "\n".join(out)
 
-# %% ../nbs/22_doctor.ipynb #7c1bc71b
+# %% ../nbs/22_doctor.ipynb #29a04163
 OVERVIEW = ("reward", "acc", "entropy", "len_mean", "trunc_frac", "zero_std_frac")  # plotted when nothing is found
 
 def dashboard(r:Report, path:str|Path|None=None,  # write a PNG here; None: only return the figure

@@ -115,6 +115,14 @@ def test_csv_and_jsonl_exports_with_a_mapping(tmp_path):
     assert r.path == "<rows>" and r.metrics == ["entropy"]
 
 
+def test_read_log_and_to_series(tmp_path):
+    write_jsonl(tmp_path / "metrics.jsonl", [{"step": 1, "data": {"actor/entropy": 1.0}}])   # verl writing to metrics.jsonl
+    src, rows, f = read_log(tmp_path)
+    assert (src, rows, f.name) == ("verl", [{"step": 1, "actor/entropy": 1.0}], "metrics.jsonl")
+    s, names = to_series([{"step": 3, "reward": 0.5, "kl": 0.1}], "trl", mapping={"reward": "acc"})   # the user's mapping wins
+    assert sorted(s) == ["acc", "kl_ref"] and names == []
+
+
 @pytest.mark.parametrize("name,text,msg", [
     ("metrics.jsonl", "", "metrics.jsonl: no metric rows"),
     ("metrics.jsonl", "\n\n", "metrics.jsonl: no metric rows"),
