@@ -6,7 +6,7 @@
 | L1 | ppo, grpo, dapo, vapo, dpo, family, offpolicy (in that order) | L0, earlier L1; torch only among third-party packages; no file I/O |
 | L2 | data, tasks, rollout, checkpoint, models (in that order) | L0-L1, earlier L2, transformers, tokenizers, datasets, safetensors, numpy, tqdm, math_verify, peft |
 | L3 | trainer, preference, control, fingerprint, lab | L0-L2, accelerate, numpy, tqdm, gymnasium, matplotlib, safetensors (weight files), peft, tensorboard, trackio; fingerprint may import trainer, lab trainer and fingerprint, nothing else within L3 |
-| L4 | analysis, cli (in that order) | cli: anything; analysis: numpy and matplotlib, and no rl_notes module (training never depends on it) |
+| L4 | analysis, doctor, cli (in that order) | cli: anything; analysis and doctor: the standard library, numpy and matplotlib, no torch (training never depends on them) |
 
 No file I/O in L1 means: none of os, io, json, shutil, pathlib, safetensors is imported, and `open(` is never called.
 An import inside a function or class is allowed only for a heavy third-party package (`HEAVY`), with a one-line reason
@@ -26,7 +26,7 @@ LAYERS = {  # layer -> modules, in the order in which later modules may import e
     1: ["ppo", "grpo", "dapo", "vapo", "dpo", "family", "offpolicy"],
     2: ["data", "tasks", "rollout", "checkpoint", "models"],
     3: ["trainer", "preference", "control", "fingerprint", "lab"],
-    4: ["analysis", "cli"],
+    4: ["analysis", "doctor", "cli"],
 }
 THIRD_PARTY = {  # third-party packages each layer may import (the standard library is allowed everywhere)
     0: {"torch"},

@@ -1,0 +1,332 @@
+"""rl_notes.doctor: the readers (rl_notes, TRL, verl, CSV/JSONL exports; malformed, empty and partial logs), each finding
+on small synthetic series (present, borderline, absent), the report, the dashboard and the command line.
+
+verl cannot run here: its reader is tested on a log that this file writes in the format of verl's file logger
+(`verl.utils.tracking.FileLogger`: one `{"step": N, "data": {...}}` object per line, newer versions add
+`"elapsed_seconds"`), with metric names from verl's `metric_utils.compute_data_metrics`, the actor's `update_policy`
+and `process_validation_metrics`. The TRL reader is tested on a synthetic `trainer_state.json` and on a real one that
+TRL 1.16's `GRPOTrainer` writes for a tiny random Llama on CPU (`test_real_trl_run`).
+"""
+import json, os, subprocess, sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rl_notes.doctor import DoctorError, _run_checks, diagnose, format_report, dashboard, main, read_log, to_series, T
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+
+def ramp(a, b, n=40, noise=0.0, seed=0):
+    return a + (b - a) * np.linspace(0, 1, n) + noise * np.random.default_rng(seed).standard_normal(n)
+
+
+def series(**metrics):
+    return {k: (np.arange(1.0, len(v) + 1), np.asarray(v, float)) for k, v in metrics.items()}
+
+
+def found(s):
+    return sorted(f"{f.key}:{f.status}" for f in _run_checks(s)[0])
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+# ---- readers
+
+def test_rl_notes_run(tmp_path):
+    rows = [{"step": 0, "algo": "dapo", "heldout_acc": 0.1}, {"step": 0, "phase": "value_pretrain", "vp_step": 1, "value_loss": 1.0}]
+    rows += [{"step": i, "reward": 0.1 * i, "acc": 0.1 * i, "entropy": 1.0, "resp_len": 5.0, "trunc_rate": 0.0, "kept_frac": 0.75,
+              "kl_ref": None, "explained_var": 0.3, "time_step": 0.1, "rewards/correctness": 0.2} for i in range(1, 6)]
+    write_jsonl(tmp_path / "metrics.jsonl", rows)
+    (tmp_path / "config.json").write_text(json.dumps({"algo": {"dynamic_sampling": True}}))
+    r = diagnose(tmp_path)
+    assert r.source == "rl_notes" and r.n_steps == 6 and r.steps == (0.0, 5.0)
+    assert r.series["zero_std_frac"][1].tolist() == [0.25] * 5            # 1 - kept_frac, dynamic sampling on
+    assert r.series["len_mean"][1].tolist() == [5.0] * 5 and "kl_ref" not in r.series   # None is a missing point
+    assert r.series["heldout_acc"][0].tolist() == [0.0]                     # the value pre-training row is skipped
+    assert r.unused == ["rewards/correctness", "time_step"] and r.unmapped == []   # rl_notes names no check needs
+    (tmp_path / "config.json").write_text(json.dumps({"algo": {"dynamic_sampling": False}}))
+    r = diagnose(tmp_path / "metrics.jsonl")
+    assert "zero_std_frac" not in r.series and "kept_frac" in r.unused     # without dynamic sampling kept_frac is always 1
+
+
+def _trl_history(n=10):
+    hist = []
+    for i in range(1, n + 1):
+        hist.append({"clip_ratio/high_max": 0.0, "clip_ratio/high_mean": 0.01, "clip_ratio/low_mean": 0.002, "clip_ratio/low_min": 0.0,
+                     "clip_ratio/region_mean": 0.012, "completions/clipped_ratio": 0.1, "completions/mean_length": 20.0 + i,
+                     "completions/mean_terminated_length": 18.0, "entropy": 1.0 - 0.01 * i, "epoch": i / n,
+                     "frac_reward_zero_std": 0.25, "grad_norm": 0.5, "kl": 0.001 * i, "learning_rate": 1e-6, "loss": 0.001,
+                     "reward": 0.2 + 0.01 * i, "reward_std": 0.3, "rewards/acc/mean": 0.2, "step": i})
+        if i % 5 == 0: hist.append({"eval_loss": 0.0, "eval_reward": 0.3, "epoch": i / n, "step": i})
+    hist.append({"epoch": 1.0, "step": n, "total_flos": 0.0, "train_loss": 0.001, "train_runtime": 3.0})
+    return hist
+
+
+def test_trl_trainer_state(tmp_path):
+    (tmp_path / "checkpoint-5").mkdir(); (tmp_path / "checkpoint-10").mkdir()
+    (tmp_path / "checkpoint-5" / "trainer_state.json").write_text(json.dumps({"log_history": _trl_history(5)}))
+    (tmp_path / "checkpoint-10" / "trainer_state.json").write_text(json.dumps({"global_step": 10, "log_history": _trl_history(10)}))
+    r = diagnose(tmp_path)                                                 # the latest checkpoint (10 > 5, not by string order)
+    assert r.source == "trl" and r.path.endswith("checkpoint-10/trainer_state.json") and r.n_steps == 10
+    assert r.series["heldout_reward"][0].tolist() == [5.0, 10.0]            # eval_ rows merge by step
+    for k in ("reward", "reward_std", "zero_std_frac", "entropy", "clipfrac", "clipfrac_low", "clipfrac_high", "len_mean",
+              "len_terminated", "trunc_frac", "kl_ref", "loss", "grad_norm", "lr"):
+        assert k in r.series, k
+    assert {"rewards/acc/mean", "clip_ratio/low_min", "train_runtime", "eval_loss"} <= set(r.unused) and r.unmapped == []
+
+
+def test_verl_file_logger(tmp_path):
+    "A log in verl's documented file-logger format (written here: verl does not run on this machine)."
+    rows = []
+    for i in range(1, 11):
+        d = {"actor/entropy": 1.0, "actor/pg_clipfrac": 0.02, "actor/pg_clipfrac_lower": 0.001, "actor/ppo_kl": 1e-4,
+             "actor/pg_loss": 0.01, "actor/grad_norm": 0.4, "actor/lr": 1e-6, "actor/kl_loss": 0.001 * i,
+             "response_length/mean": 100.0, "response_length/clip_ratio": 0.05, "critic/score/mean": 0.1 * i,
+             "critic/vf_explained_var": 0.5, "mismatch/kl": 1e-5, "timing_s/gen": 3.0, "my_reward/mean": 1.0}
+        if i % 5 == 0: d.update({"val-core/gsm8k/acc/mean@1": 0.3, "val-core/math/acc/mean@1": 0.5,
+                                 "val-core/gsm8k/acc/best@4/mean": 0.6, "val-aux/gsm8k/reward/mean@1": 0.3})
+        rows.append({"step": i, "data": d} if i < 5 else {"step": i, "elapsed_seconds": 2.0 * i, "data": d})
+    write_jsonl(tmp_path / "verl.jsonl", rows)
+    r = diagnose(tmp_path / "verl.jsonl")
+    assert r.source == "verl" and r.n_steps == 10
+    assert r.series["dualclip_frac"][1][0] == 0.001 and r.series["clipfrac"][1][0] == 0.02   # lower = the dual clip in verl
+    assert r.series["heldout_acc"][1].tolist() == [0.4, 0.4]               # mean over the data sources
+    assert r.series["heldout_pass_k"][1].tolist() == [0.6, 0.6]
+    assert r.series["kl_ref"][1][-1] == pytest.approx(0.01) and "mismatch_kl" in r.series and "explained_var" in r.series
+    assert r.unused == ["timing_s/gen", "val-aux/gsm8k/reward/mean@1"] and r.unmapped == ["my_reward/mean"]
+    assert "clip_asymmetry" in r.skipped                                  # verl logs no low/high split
+
+
+def test_csv_and_jsonl_exports_with_a_mapping(tmp_path):
+    lines = ["global_step,ent,reward,note"] + [f"{i},{1.0 - 0.02 * i},{0.1 * i}," for i in range(1, 11)]
+    (tmp_path / "w.csv").write_text("\n".join(lines) + "\n")
+    r = diagnose(tmp_path / "w.csv", mapping={"global_step": "step", "ent": "entropy"})
+    assert r.source == "csv" and r.series["entropy"][0].tolist() == list(map(float, range(1, 11))) and "reward" in r.series
+    write_jsonl(tmp_path / "w.jsonl", [{"it": i, "policy_entropy": 1.0, "len": 3} for i in range(4)])
+    r = diagnose(tmp_path / "w.jsonl", mapping={"it": "step", "policy_entropy": "entropy"})
+    assert r.source == "csv" and r.series["entropy"][0].tolist() == [0.0, 1.0, 2.0, 3.0] and r.unmapped == ["len"]
+    r = diagnose([{"step": i, "entropy": 1.0} for i in range(3)])       # rows in memory
+    assert r.path == "<rows>" and r.metrics == ["entropy"]
+
+
+def test_read_log_and_to_series(tmp_path):
+    write_jsonl(tmp_path / "metrics.jsonl", [{"step": 1, "data": {"actor/entropy": 1.0}}])   # verl writing to metrics.jsonl
+    src, rows, f = read_log(tmp_path)
+    assert (src, rows, f.name) == ("verl", [{"step": 1, "actor/entropy": 1.0}], "metrics.jsonl")
+    s, names = to_series([{"step": 3, "reward": 0.5, "kl": 0.1}], "trl", mapping={"reward": "acc"})   # the user's mapping wins
+    assert sorted(s) == ["acc", "kl_ref"] and names == []
+
+
+@pytest.mark.parametrize("name,text,msg", [
+    ("metrics.jsonl", "", "metrics.jsonl: no metric rows"),
+    ("metrics.jsonl", "\n\n", "metrics.jsonl: no metric rows"),
+    ("metrics.jsonl", '{"step": 1, "reward": 1}\n{"step": 2, "rew', "metrics.jsonl:2: the last line is cut off"),
+    ("metrics.jsonl", '{"step": 1}\n{oops}\n{"step": 3}\n', "metrics.jsonl:2: not JSON"),
+    ("metrics.jsonl", '{"step": 1}\n[1, 2]\n', "metrics.jsonl:2: expected a JSON object"),
+    ("trainer_state.json", '{"global_step": 3}', "trainer_state.json: no `log_history`"),
+    ("trainer_state.json", '{"log_history": []}', "`log_history` is empty"),
+    ("trainer_state.json", '{"log_history": [{"step": 1, "loss"', "trainer_state.json:1: not JSON"),
+    ("trainer_state.json", '{"log_history": [3]}', "log_history[0] is not an object"),
+    ("x.csv", "", "x.csv: no header line"),
+    ("x.csv", "step,reward\n", "x.csv: a header but no metric rows"),
+    ("x.csv", "step,reward\n1,0.5\n2\n", "x.csv:3: 1 cells, the header has 2"),
+    ("v.jsonl", '{"step": 1, "data": {"actor/entropy": 1}}\n{"step": 2, "data": {"actor/entropy": 1}\n', "v.jsonl:2: not JSON"),
+    ("x.jsonl", '{"foo": 1}\n', "no known metric in 1 rows (unmapped names: foo)"),
+])
+def test_unreadable_logs_are_one_clear_error(tmp_path, name, text, msg):
+    (tmp_path / name).write_text(text)
+    with pytest.raises(DoctorError, match=None) as e: diagnose(tmp_path / name)
+    assert msg in str(e.value) and "\n" not in str(e.value) and name in str(e.value)
+
+
+def test_other_bad_inputs(tmp_path):
+    with pytest.raises(DoctorError, match="no such file"): diagnose(tmp_path / "missing")
+    with pytest.raises(DoctorError, match="no metrics.jsonl or trainer_state.json"): diagnose(tmp_path)
+    write_jsonl(tmp_path / "v.jsonl", [{"step": 1, "data": {}}, {"step": 2, "x": 1}])
+    with pytest.raises(DoctorError, match=r"v.jsonl:2: a verl file-logger row"): diagnose(tmp_path / "v.jsonl", source="verl")
+    with pytest.raises(DoctorError, match="unknown source 'wandb'"): diagnose(tmp_path / "v.jsonl", source="wandb")
+    with pytest.raises(DoctorError, match="unknown internal name"): diagnose([{"step": 1}], mapping={"a": "entropie"})
+    with pytest.raises(DoctorError, match="must be a path or a list of dicts"): diagnose(3)
+
+
+# ---- findings: present, borderline, absent
+
+CASES = {
+    "entropy collapse": (dict(entropy=ramp(1.0, 0.1)), ["entropy_collapse:present"]),
+    "entropy collapse borderline": (dict(entropy=ramp(1.0, 0.35)), ["entropy_collapse:borderline"]),
+    "entropy healthy fall": (dict(entropy=ramp(1.0, 0.7, noise=0.02)), []),
+    "entropy runaway": (dict(entropy=ramp(1.0, 3.0)), ["entropy_runaway:present"]),
+    "entropy runaway borderline": (dict(entropy=ramp(1.0, 2.0)), ["entropy_runaway:borderline"]),
+    "zero-std groups": (dict(zero_std_frac=ramp(0.4, 0.8)), ["zero_std:present"]),
+    "zero-std borderline": (dict(zero_std_frac=ramp(0.3, 0.4)), ["zero_std:borderline"]),
+    "zero-std absent": (dict(zero_std_frac=ramp(0.1, 0.2)), []),
+    "truncation": (dict(trunc_frac=ramp(0.02, 0.3)), ["truncation:present"]),
+    "truncation borderline": (dict(trunc_frac=ramp(0.12, 0.14)), ["truncation:borderline"]),
+    "truncation absent": (dict(trunc_frac=ramp(0.02, 0.05)), []),
+    "length growth": (dict(len_mean=ramp(40, 90)), ["length_drift:present"]),
+    "length collapse": (dict(len_mean=ramp(90, 40)), ["length_drift:present"]),
+    "length borderline": (dict(len_mean=ramp(40, 56)), ["length_drift:borderline"]),
+    "length stable": (dict(len_mean=ramp(40, 44)), []),
+    "value collapse": (dict(explained_var=ramp(-0.5, 0.1), len_mean=np.r_[ramp(40, 12, 14), ramp(12, 14, 26)]),
+                       ["length_drift:present", "value_collapse:present"]),
+    "length drop with a fit critic": (dict(explained_var=ramp(0.5, 0.8), len_mean=np.r_[ramp(40, 12, 14), ramp(12, 14, 26)]),
+                                      ["length_drift:present"]),
+    "clip high side": (dict(clipfrac_low=ramp(0.004, 0.004), clipfrac_high=ramp(0.03, 0.03)), ["clip_asymmetry:present"]),
+    "clip low side borderline": (dict(clipfrac_low=ramp(0.025, 0.025), clipfrac_high=ramp(0.01, 0.01)), ["clip_asymmetry:borderline"]),
+    "clip asymmetric but tiny": (dict(clipfrac_low=ramp(0.0005, 0.0005), clipfrac_high=ramp(0.005, 0.005)), []),
+    "clip symmetric": (dict(clipfrac_low=ramp(0.004, 0.004), clipfrac_high=ramp(0.006, 0.006)), []),
+    "kl accelerating": (dict(kl_ref=np.exp(ramp(np.log(1e-3), np.log(0.2)))), ["kl_growth:present"]),
+    "kl levelling off": (dict(kl_ref=0.02 * np.sqrt(ramp(0, 1))), []),
+    "kl growing but tiny": (dict(kl_ref=np.exp(ramp(np.log(1e-5), np.log(2e-3)))), []),
+    "loss 0, gradient not": (dict(loss=ramp(0.003, -0.002), grad_norm=ramp(0.5, 0.4)), ["loss_zero:note"]),
+    "loss 0, gradient 0": (dict(loss=ramp(0.0, 0.0), grad_norm=ramp(0.0, 0.0)), ["loss_zero:present"]),
+    "loss not 0": (dict(loss=ramp(0.3, 0.2)), []),
+    "held-out flat": (dict(acc=ramp(0.2, 0.7), heldout_acc=ramp(0.3, 0.31, 5)), ["heldout_gap:present"]),
+    "held-out lags": (dict(acc=ramp(0.2, 0.7), heldout_acc=ramp(0.3, 0.45, 5)), ["heldout_gap:borderline"]),
+    "held-out follows": (dict(acc=ramp(0.2, 0.7), heldout_acc=ramp(0.3, 0.6, 5)), []),
+    "mismatch": (dict(mismatch_logp=ramp(0.06, 0.08)), ["mismatch:present"]),
+    "mismatch borderline": (dict(mismatch_logp=ramp(0.03, 0.03)), ["mismatch:borderline"]),
+    "mismatch kl": (dict(mismatch_kl=ramp(0.002, 0.003)), ["mismatch:present"]),
+    "no mismatch": (dict(mismatch_logp=ramp(0.001, 0.002)), []),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_findings(case):
+    metrics, want = CASES[case]
+    assert found(series(**metrics)) == want
+
+
+def test_finding_fields_and_pass_k():
+    s = series(entropy=ramp(1.0, 0.1), heldout_pass_k=ramp(0.8, 0.6, 4))
+    (f,), clean, skipped = _run_checks(s)
+    assert f.window == (1, 40) and f.spans == [(1, 10), (31, 40)] and f.numbers["ratio"] < T["entropy_collapse"][0] and f.confidence == "high"
+    assert "pass@k 0.8 -> 0.6" in f.evidence and f.metrics == ["entropy", "heldout_pass_k"]
+    assert "04_dapo" in f.section and any("eps_high" in k for k in f.knobs)
+    assert skipped["mismatch"].startswith("not logged") and "truncation" in skipped
+
+
+def test_too_few_points_is_said_not_passed():
+    _, clean, skipped = _run_checks(series(entropy=ramp(1.0, 0.1, n=5)))
+    assert skipped["entropy"] == "5 points, needs 8" and "entropy" not in clean
+
+
+def test_wrong_answers_growing_faster():
+    s = series(len_mean=ramp(40, 80), len_right=ramp(40, 50), len_wrong=ramp(40, 100))
+    (f,), _, _ = _run_checks(s)
+    assert "wrong answers grow faster" in f.evidence and f.confidence == "high" and f.numbers["wrong_ratio"] > f.numbers["right_ratio"]
+
+
+# ---- report, dashboard, command line
+
+def _broken_rows(n=40):
+    t = np.linspace(0, 1, n)
+    return [{"step": i + 1, "entropy": 1.2 * np.exp(-3 * t[i]), "trunc_frac": 0.05 + 0.3 * t[i], "reward": 0.2 + 0.5 * t[i],
+             "loss": 0.001, "grad_norm": 0.3, "mystery": 1} for i in range(n)]
+
+
+def test_report_text_json_and_dashboard(tmp_path):
+    r = diagnose(_broken_rows())
+    text = format_report(r)
+    assert text.splitlines()[1] == "FINDINGS: 2 present, 0 borderline, 1 note(s)" and "unknown names" in text and "mystery" in text
+    assert len(text.splitlines()) < 25
+    d = r.to_dict()
+    assert json.loads(json.dumps(d)) == d and [f["key"] for f in d["findings"]] == ["entropy_collapse", "truncation", "loss_zero"]
+    assert "series" not in d and d["skipped"]["kl_growth"] == "not logged: kl_ref"
+    fig = dashboard(r, tmp_path / "d.png")
+    assert (tmp_path / "d.png").read_bytes()[:4] == b"\x89PNG" and [a.get_title() for a in fig.axes if a.get_title()] == [
+        "entropy collapse [present]", "answers cut by the length budget [present]", "loss near 0 (expected with centred advantages; the gradient is not 0) [note]"]
+    assert len(fig.axes) == 4                                              # grad_norm (0.3) beside loss (0.001): a right-hand axis
+    clean = diagnose([{"step": i, "entropy": 1.0, "reward": 0.5} for i in range(10)])
+    assert clean.findings == [] and [a.get_title() for a in dashboard(clean).axes] == ["reward", "entropy"]       # an overview when nothing is found
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "rl_notes.doctor", *map(str, args)], capture_output=True, text=True, env=ENV, cwd=ROOT)
+
+
+def test_cli(tmp_path):
+    write_jsonl(tmp_path / "run.jsonl", _broken_rows())
+    p = _cli(tmp_path / "run.jsonl", "--json", tmp_path / "r.json", "--png", tmp_path / "r.png", "--map", "mystery=lr")
+    assert p.returncode == 0 and "entropy collapse" in p.stdout and p.stderr == ""
+    assert json.loads((tmp_path / "r.json").read_text())["unmapped"] == [] and (tmp_path / "r.png").stat().st_size > 1000
+    (tmp_path / "bad.jsonl").write_text('{"step": 1}\n{"st')
+    for args, msg in [((tmp_path / "bad.jsonl",), "bad.jsonl:2: the last line is cut off"),
+                      ((tmp_path / "nope",), "no such file or directory"),
+                      ((tmp_path / "run.jsonl", "--map", "mystery"), "--map expects THEIRS=OURS pairs")]:
+        p = _cli(*args)
+        assert p.returncode == 2 and p.stdout == "" and p.stderr.count("\n") == 1 and p.stderr.startswith("rl_notes doctor: error: ")
+        assert msg in p.stderr
+    assert main([str(tmp_path / "run.jsonl")]) == 0
+    p = _cli(tmp_path / "run.jsonl", "--map", "mystery=lr", "--json", "-", "--map", "reward=acc")   # --map repeats
+    d = json.loads(p.stdout[p.stdout.index("\n{") + 1:])
+    assert p.returncode == 0 and "acc" in d["metrics"] and "lr" in d["metrics"] and "reward" not in d["metrics"]
+
+
+def test_import_stays_light():
+    "The command starts without torch or matplotlib (the dashboard imports matplotlib when it draws)."
+    code = "import sys, rl_notes.doctor; assert 'torch' not in sys.modules and 'matplotlib' not in sys.modules"
+    assert subprocess.run([sys.executable, "-c", code], env=ENV, cwd=ROOT).returncode == 0
+
+
+# ---- a real TRL run
+
+@pytest.mark.slow   # about 40 s on a busy 2-core CPU, mostly importing trl/transformers in the subprocess: `-m "not slow"` skips it
+def test_real_trl_run(tmp_path):
+    "TRL 1.16's GRPOTrainer, 8 steps of a tiny random Llama on CPU, then the doctor on the trainer_state.json it saved."
+    pytest.importorskip("trl")
+    code = f"""
+import torch; torch.set_num_threads(1)
+from datasets import Dataset
+from transformers.utils import logging; logging.set_verbosity_error()
+from trl import GRPOConfig, GRPOTrainer
+from rl_notes.models import build_tokenizer, tiny_llama
+tok = build_tokenizer(); md = {str(tmp_path / 'model')!r}
+tiny_llama(tok, hidden_size=32, num_layers=1, heads=2).save_pretrained(md); tok.save_pretrained(md)
+def digits(prompts, completions, **kw): return [sum(c.isdigit() for c in x) / max(len(x), 1) for x in completions]
+cfg = GRPOConfig(output_dir={str(tmp_path / 'run')!r}, per_device_train_batch_size=8, num_generations=4, max_completion_length=8,
+                 learning_rate=1e-3, beta=0.04, max_steps=8, logging_steps=1, report_to="none", use_cpu=True,
+                 save_strategy="no", seed=0, disable_tqdm=True, dataloader_num_workers=0)
+ds = Dataset.from_dict({{"prompt": [f"{{a}}+{{b}}=" for a in range(4) for b in range(4)]}})
+tr = GRPOTrainer(model=md, reward_funcs=digits, args=cfg, train_dataset=ds, processing_class=tok)
+tr.train(); tr.save_state()
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**ENV, "OMP_NUM_THREADS": "1"}, cwd=ROOT)
+    assert p.returncode == 0, p.stderr[-3000:]
+    r = diagnose(tmp_path / "run")
+    assert r.source == "trl" and r.n_steps == 8 and r.steps == (1.0, 8.0)
+    for k in ("reward", "reward_std", "zero_std_frac", "entropy", "clipfrac", "clipfrac_low", "clipfrac_high", "kl_ref",
+              "len_mean", "len_terminated", "trunc_frac", "loss", "grad_norm", "lr"):
+        assert len(r.series[k][1]) == 8, k
+    assert "rewards/digits/mean" in r.unused and r.unmapped == []   # every name TRL 1.16 logged is known
+    assert {"entropy", "truncation", "length_drift", "kl_growth", "zero_std", "clip_asymmetry", "loss_zero"} <= set(r.clean) | {f.key for f in r.findings}
+    p = _cli(tmp_path / "run")
+    assert p.returncode == 0 and p.stdout.startswith("rl_notes doctor: ") and "(trl), 8 steps (1-8)" in p.stdout
+
+
+@pytest.mark.slow   # about 45 s on a busy 2-core CPU (a 60-step SFT warm start, then two 8-step runs): `-m "not slow"` skips it
+def test_real_rl_notes_runs(tmp_path):
+    "rl_notes' own trainer (DAPO and PPO, 8 steps on a micro model): every name it logs is mapped or known, and the doctor reads it."
+    from rl_notes.models import sft_warm_start
+    from rl_notes.trainer import TrainConfig, train, get_algo
+    m = str(sft_warm_start("addition", model_cfg=dict(hidden_size=32, num_layers=1, heads=2), steps=60, batch_size=32, eval_n=0,
+                           n_train=2000, cache_dir=tmp_path / "sft", progress=False, max_digits=2, scratchpad=False))
+    for algo, kw in (("dapo", dict(cache_len=2)), ("ppo", {})):
+        train(TrainConfig(model=m, algo=get_algo(algo, **kw), task_kw=dict(max_digits=2, scratchpad=False), steps=8, n_prompts=4,
+                          group_size=4, max_new_tokens=3, n_train=500, n_eval=8, eval_every=4, save_every=100, progress=False,
+                          threads=1, out_dir=str(tmp_path / algo)))
+        r = diagnose(tmp_path / algo)
+        assert r.source == "rl_notes" and r.n_steps == 9 and r.unmapped == [], r.unmapped
+        for k in ("reward", "acc", "entropy", "clipfrac", "clipfrac_low", "clipfrac_high", "approx_kl", "len_mean", "trunc_frac",
+                  "loss", "grad_norm", "lr", "heldout_acc"):
+            assert k in r.series, (algo, k)
+        assert ("zero_std_frac" in r.series) == (algo == "dapo") and ("explained_var" in r.series) == (algo == "ppo")
+        assert r.series["heldout_acc"][0].tolist() == [0.0, 4.0, 8.0]
+        trunc = next(f for f in r.findings if f.key == "truncation")        # a 3-token budget cuts answers: the doctor says so
+        assert trunc.numbers["late"] >= T["trunc"][1]
