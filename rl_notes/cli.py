@@ -266,6 +266,8 @@ def _parser(cmd:str|None=None,  # the subcommand whose options are built (those 
     q.add_argument("runs", nargs="+", metavar="RUN", help="run directories (with metrics.jsonl)")
     q.add_argument("--out", default="curves.png", help="PNG file (default curves.png)")
     q.add_argument("--keys", default=None, help="comma-separated metrics (default: rl_notes.analysis.PLOT_KEYS, held-out accuracy, reward, entropy, response length)")
+    sub.add_parser("doctor", help="read a run's logged metrics (rl_notes, TRL, verl, CSV) and name the failure modes it shows; "
+                   "`rl_notes doctor --help`", add_help=False)
     q = sub.add_parser("demo", help="the main job: SFT warm start, then GRPO and DAPO on addition; curves and summary")
     q.add_argument("--out", default="runs/demo", help="output directory (default runs/demo; its runs are replaced)")
     q.add_argument("--cache-dir", default=None, help=CACHE_HELP)
@@ -319,6 +321,9 @@ def main(argv:list[str]|None=None) -> int:
     "Entry point of the `rl_notes` console script; returns the exit status."
     try:
         argv = sys.argv[1:] if argv is None else list(argv)
+        if _command(argv) == "doctor":
+            from rl_notes.doctor import main as doctor  # the doctor reads logs: no torch, but it has its own options
+            return doctor(argv[argv.index("doctor") + 1:])
         a = _parser(_command(argv)).parse_args(argv)
         return _run(a)
     except (UsageError, ValueError, FileNotFoundError) as e:   # ValueError covers ConfigError, CheckpointError, TrainingDiverged

@@ -2,6 +2,10 @@
 import pytest
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: a test of tens of seconds that runs a real trainer (`-m \"not slow\"` skips it)")
+
+
 @pytest.fixture(scope="session")
 def micro_sft(tmp_path_factory) -> str:
     "Directory of a micro SFT checkpoint: tiny Llama (hidden 32, 1 layer, 2 heads), 60 steps on 2-digit addition without scratchpad."

@@ -330,3 +330,17 @@ def test_real_rl_notes_runs(tmp_path):
         assert r.series["heldout_acc"][0].tolist() == [0.0, 4.0, 8.0]
         trunc = next(f for f in r.findings if f.key == "truncation")        # a 3-token budget cuts answers: the doctor says so
         assert trunc.numbers["late"] >= T["trunc"][1]
+
+
+def test_rl_notes_doctor_subcommand(tmp_path):
+    "`rl_notes doctor` is the same command as `python -m rl_notes.doctor`: a report and exit 0, or one error line and 2."
+    import subprocess, sys, json as _json
+    run = tmp_path / "run"; run.mkdir()
+    rows = [{"step": s, "reward": 0.5, "entropy": 1.0 - 0.01 * s, "loss": 0.0, "grad_norm": 1.0} for s in range(1, 41)]
+    (run / "metrics.jsonl").write_text("".join(_json.dumps(r) + "\n" for r in rows))
+    cmd = [sys.executable, "-c", "import sys; from rl_notes.cli import main; sys.exit(main(sys.argv[1:]))", "doctor"]
+    ok = subprocess.run(cmd + [str(run), "--json", "-"], capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert '"findings"' in ok.stdout or "finding" in ok.stdout.lower()
+    bad = subprocess.run(cmd + [str(tmp_path / "missing")], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.startswith("rl_notes doctor: error:") and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
