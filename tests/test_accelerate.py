@@ -12,9 +12,9 @@ def _free_port():
     with socket.socket() as s: s.bind(("127.0.0.1", 0)); return s.getsockname()[1]
 
 def micro_model(d):
-    from rl_notes.models import sft_warm_start
-    return str(sft_warm_start("addition", model_cfg=dict(hidden_size=32, num_layers=1, heads=2), steps=60, batch_size=32,
-                              eval_n=0, n_train=2000, cache_dir=d, progress=False, max_digits=2, scratchpad=False))
+    from rl_notes.lab import sft_warm_start, SFTConfig
+    return str(sft_warm_start("addition", SFTConfig(model_cfg=dict(hidden_size=32, num_layers=1, heads=2), steps=60, batch_size=32,
+                                                    eval_n=0, n_train=2000), cache_dir=d, progress=False, max_digits=2, scratchpad=False))
 
 @pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun not installed")
 # ppo: the critic's value loss also uses the global token count; 80/20: the entropy quantile over both processes' tokens

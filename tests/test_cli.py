@@ -80,9 +80,9 @@ def test_config_errors_are_one_line(args, msg, capsys):
 
 @pytest.fixture(scope="module")
 def micro(tmp_path_factory):
-    from rl_notes.models import sft_warm_start
-    return str(sft_warm_start("addition", model_cfg=dict(hidden_size=32, num_layers=1, heads=2), steps=60, batch_size=32, eval_n=0,
-                              n_train=2000, cache_dir=tmp_path_factory.mktemp("sft"), progress=False, max_digits=2, scratchpad=False))
+    from rl_notes.lab import sft_warm_start, SFTConfig
+    return str(sft_warm_start("addition", SFTConfig(model_cfg=dict(hidden_size=32, num_layers=1, heads=2), steps=60, batch_size=32, eval_n=0,
+                                                    n_train=2000), cache_dir=tmp_path_factory.mktemp("sft"), progress=False, max_digits=2, scratchpad=False))
 
 def test_one_run_per_directory_and_divergence(micro, tmp_path):
     args = ["train", "--model", micro, "--task-arg", "max_digits=2", "--task-arg", "scratchpad=false", "--n-prompts", "2",

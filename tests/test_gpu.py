@@ -7,9 +7,9 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUD
 
 @pytest.fixture(scope="module")
 def micro(tmp_path_factory):
-    from rl_notes.models import sft_warm_start
-    return str(sft_warm_start("addition", model_cfg=dict(hidden_size=32, num_layers=1, heads=2), steps=60, batch_size=32, eval_n=0,
-                              n_train=2000, cache_dir=tmp_path_factory.mktemp("sft"), progress=False, max_digits=2, scratchpad=False))
+    from rl_notes.lab import sft_warm_start, SFTConfig
+    return str(sft_warm_start("addition", SFTConfig(model_cfg=dict(hidden_size=32, num_layers=1, heads=2), steps=60, batch_size=32, eval_n=0,
+                                                    n_train=2000), cache_dir=tmp_path_factory.mktemp("sft"), progress=False, max_digits=2, scratchpad=False))
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_two_steps_on_cuda(micro, tmp_path, name):
