@@ -202,7 +202,8 @@ class RunDir:
                                       "(--overwrite) to start this run over, or use another out_dir")
             return
         found = self.previous()
-        if found and mode == "fresh":
+        if not found: return                                                   # nothing of a previous run: nothing to do
+        if mode == "fresh":
             raise CheckpointError(f"{d} holds a previous run ({', '.join(found)}); pass resume=True (--resume) to continue it "
                                   f"or overwrite=True (--overwrite) to replace it")
         for n in found + [a for a in self.RESET if a not in keep and (d / a).exists()]: _rm(d / n)

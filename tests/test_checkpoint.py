@@ -200,6 +200,9 @@ def test_run_dir_modes(tmp_path):
     (run / "log.txt").write_text("x"); (run / "config.json").write_text("{}"); (run / "job.json").write_text("{}"); (run / "metrics.jsonl").write_text("")
     rd.prepare("overwrite", keep=("log.txt",))
     assert sorted(p.name for p in run.iterdir()) == [".lock", "job.json", "log.txt"]    # the runner's job and (kept) log stay
+    (run / "config.json").write_text("{}")
+    for mode in ("fresh", "resume", "overwrite"): rd.prepare(mode)                       # no previous run: nothing is deleted
+    assert sorted(p.name for p in run.iterdir()) == [".lock", "config.json", "job.json", "log.txt"]
 
 def test_run_dir_layout_lock_and_metrics(tmp_path):
     rd = RunDir(tmp_path / "r")

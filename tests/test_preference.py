@@ -23,7 +23,7 @@ def _pairs(n, seed):
 
 PAIRS = _pairs(10, 0)
 KW = dict(batch_size=4, lr=1e-2, eval_every=2, probe=4, save_every=2, nll_coef=0.5)
-def C(steps): return DPOConfig(steps=steps)
+def C(steps): return DPOConfig(steps=steps, **KW)
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
