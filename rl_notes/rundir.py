@@ -174,7 +174,9 @@ class RunDir:
     done_file = property(lambda self: self.path / self.DONE)
     log_file = property(lambda self: self.path / self.LOG)
     job_file = property(lambda self: self.path / self.JOB)
-    def weights(self, name:str="policy") -> Path: return weights_file(self.ckpt, name)
+    def weights(self, name:str="policy") -> Path:
+        "The checkpoint's safetensors file of `name` (the policy's by default)."
+        return weights_file(self.ckpt, name)
     def eval_file(self, key:str) -> Path: return self.path / f"eval-{key}.json"  # a cached evaluation of the run's final policy
     def __repr__(self): return f"RunDir({str(self.path)!r})"
 
@@ -214,7 +216,9 @@ class RunDir:
         try: self.prepare(mode, keep)
         except BaseException: self.lock.release(); raise
         return self
-    def close(self): self.lock.release()
+    def close(self):
+        "Release the lock."
+        self.lock.release()
     def __enter__(self): return self
     def __exit__(self, *exc): self.close()
 
@@ -237,7 +241,9 @@ class RunDir:
         if config is not None: write_json_atomic(self.config_file, config)
         self.metrics.rewrite(rows)
 
-    def append(self, row:dict): self.metrics.append(row)
+    def append(self, row:dict):
+        "Append one metric row to metrics.jsonl (flushed and fsynced)."
+        self.metrics.append(row)
 
     def save(self, step:int, cfg, accelerator, policy, opt, critic=None, copt=None, **kw):
         "`save_checkpoint` into ckpt/ (`kw`: extra, tensors)."
@@ -248,7 +254,9 @@ class RunDir:
         try: return read_json(self.done_file, "done marker")
         except CheckpointError: return None
 
-    def mark_done(self, info:dict): write_json_atomic(self.done_file, info)
+    def mark_done(self, info:dict):
+        "Write the done marker of a finished run (atomically)."
+        write_json_atomic(self.done_file, info)
 
     def complete(self, name:str, state_name:str="state.json") -> bool:
         "Is the sealed entry `name` here complete (after recovering an interrupted swap)?"
