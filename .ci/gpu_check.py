@@ -92,9 +92,10 @@ def part_trainer_smoke(ctx):
 
 def char_model(scratchpad:bool):
     "bench_real's SFT warm start of the character tiny Llama on 1-2 digit addition (cached in runs/cache)."
-    from rl_notes.models import sft_warm_start
+    from rl_notes.lab import sft_warm_start
+    from rl_notes.sft import SFTConfig
     kw = dict(max_digits=2, scratchpad=scratchpad)
-    return str(sft_warm_start("addition", steps=300, n_train=8000, eval_n=0, progress=False, cache_dir=str(REPO / "runs" / "cache"), **kw)), kw
+    return str(sft_warm_start("addition", SFTConfig(steps=300, n_train=8000, eval_n=0), progress=False, cache_dir=str(REPO / "runs" / "cache"), **kw)), kw
 
 def bench_sizes(tmp:str, quick:bool=False) -> list[dict]:
     "bench_real's three sizes and a larger Qwen2 with Qwen's vocabulary (V = 151936, d = 768 x 8 layers) that only fits a GPU."
@@ -248,9 +249,10 @@ A4_TASK = dict(min_digits=1, max_digits=4, scratchpad=True)
 
 def d3_sft(steps:int=1500):
     "The failure-modes notebook's A4_SFT start (tiny Llama, 1-4 digit scratchpad addition), cached in runs/cache; sft_train runs on the CPU."
-    from rl_notes.models import sft_warm_start
-    return sft_warm_start("addition", progress=False, steps=steps, lr=3e-3, batch_size=64, n_train=8000, seed=0, target_accuracy=0.4,
-                          cache_dir=str(REPO / "runs" / "cache"), **A4_TASK)
+    from rl_notes.lab import sft_warm_start
+    from rl_notes.sft import SFTConfig
+    cfg = SFTConfig(steps=steps, lr=3e-3, batch_size=64, n_train=8000, seed=0, target_accuracy=0.4)
+    return sft_warm_start("addition", cfg, progress=False, cache_dir=str(REPO / "runs" / "cache"), **A4_TASK)
 
 def prebuild():
     "Train the SFT starts the parts use into runs/cache (CPU, minutes), so that the GPU machine finds them when runs/cache is carried."

@@ -65,11 +65,11 @@ def main():
     p.add_argument("--model", default=None, help="use this checkpoint instead of the cached SFT model")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
-    from rl_notes.models import sft_warm_start
+    from rl_notes.lab import sft_warm_start, SFTConfig
     from rl_notes.tasks import get_task
     task_kw = dict(max_digits=2, scratchpad=False)
     task = get_task("addition", **task_kw)
-    model_dir = a.model or str(sft_warm_start(task, steps=a.sft_steps, n_train=8000, eval_n=0, progress=False, cache_dir="runs/cache"))
+    model_dir = a.model or str(sft_warm_start(task, SFTConfig(steps=a.sft_steps, n_train=8000, eval_n=0), progress=False, cache_dir="runs/cache"))
     with tempfile.TemporaryDirectory() as tmp:
         res = {"rl_notes": ours(model_dir, task_kw, a, tmp), "TRL GRPOTrainer": trl(model_dir, task, a, tmp)}
     stat = min if a.stat == "min" else statistics.median

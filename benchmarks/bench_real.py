@@ -27,10 +27,10 @@ def cpu_name():
 
 def char_model(scratchpad:bool):
     "The cached SFT warm start of the character tiny Llama on 1-2 digit addition (trained once, ~20 s)."
-    from rl_notes.models import sft_warm_start
+    from rl_notes.lab import sft_warm_start, SFTConfig
     from rl_notes.tasks import get_task
     kw = dict(max_digits=2, scratchpad=scratchpad)
-    return str(sft_warm_start(get_task("addition", **kw), steps=300, n_train=8000, eval_n=0, progress=False, cache_dir="runs/cache")), kw
+    return str(sft_warm_start(get_task("addition", **kw), SFTConfig(steps=300, n_train=8000, eval_n=0), progress=False, cache_dir="runs/cache")), kw
 
 def qwen_model(root):
     from rl_notes.models import save_tiny_chat_model

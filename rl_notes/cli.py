@@ -33,7 +33,7 @@ def _task_kw(pairs) -> dict: return dict(pairs or [])
 def _model_args(pairs) -> dict|None:
     "`--model-arg` values, type-checked against the annotations of `rl_notes.models.tiny_llama` (other names go to LlamaConfig)."
     from rl_notes.models import tiny_llama  # heavy: transformers (lazy, so that `rl_notes --help` answers at once)
-    from rl_notes.checkpoint import validate_config  # heavy: torch
+    from rl_notes.configs import validate_config  # heavy: loads the package
     kw, hints = dict(pairs or []), typing.get_type_hints(tiny_llama)
     known = {k: v for k, v in kw.items() if k in hints and k not in ("tokenizer", "return")}
     validate_config(dataclasses.make_dataclass("tiny_llama", [(k, hints[k]) for k in known])(**known))
@@ -73,7 +73,7 @@ def summarize(out:str|Path, algos, wall:dict|None=None) -> str:
 
 # %% ../nbs/18_cli.ipynb #7a9841ab
 def demo(out:str|Path="runs/demo",  # output directory; its runs are replaced when the demo runs again
-         cache_dir:str|Path|None=None,  # SFT cache (reused by later runs); default `rl_notes.checkpoint.cache_dir("sft")`
+         cache_dir:str|Path|None=None,  # SFT cache (reused by later runs); default `rl_notes.cache.cache_dir("sft")`
          quick:bool=False,  # tiny sizes (seconds), for tests
          threads:int|None=1,  # torch threads (None: leave as is); 1 is robust on a shared CPU, see below
          progress:bool=True,  # tqdm bars
@@ -84,7 +84,7 @@ def demo(out:str|Path="runs/demo",  # output directory; its runs are replaced wh
     if threads is not None and not (isinstance(threads, int) and not isinstance(threads, bool) and threads >= 1):
         raise ValueError(f"`threads` must be an int >= 1 or None, got {threads!r}")
     import torch  # heavy (lazy, so that `rl_notes --help` answers at once)
-    from rl_notes.models import sft_warm_start  # heavy: transformers
+    from rl_notes.lab import sft_warm_start, SFTConfig  # heavy: torch and transformers
     from rl_notes.trainer import TrainConfig, train  # heavy: torch and transformers
     from rl_notes.analysis import plot_runs  # numpy and matplotlib: only when drawing
     if threads: torch.set_num_threads(threads)
@@ -92,7 +92,7 @@ def demo(out:str|Path="runs/demo",  # output directory; its runs are replaced wh
     algos = tuple(algos or d["algos"])
     out = Path(out); out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    sft = sft or sft_warm_start(d["task"], cache_dir=cache_dir, progress=progress, **d["sft"], **d["task_kw"])
+    sft = sft or sft_warm_start(d["task"], SFTConfig(**d["sft"]), cache_dir=cache_dir, progress=progress, **d["task_kw"])
     t_sft, wall = time.time() - t0, {}
     for a in algos:
         t1 = time.time()
@@ -308,8 +308,10 @@ def _run(a) -> int:
     if getattr(a, "model", None) is not None and not os.path.isdir(a.model):
         raise FileNotFoundError(f"--model {a.model!r}: no such directory")
     if a.cmd == "sft":
-        from rl_notes.models import sft_warm_start  # heavy: transformers
-        print(sft_warm_start(task, model_cfg=_model_args(a.model_arg), cache_dir=a.cache_dir, **_given(a, "SFTConfig", SFT_HAND))); return 0
+        from rl_notes.lab import sft_warm_start  # heavy: torch and transformers
+        from rl_notes.sft import SFTConfig  # heavy: torch
+        cfg = SFTConfig(model_cfg=_model_args(a.model_arg), **_given(a, "SFTConfig", SFT_HAND))
+        print(sft_warm_start(task, cfg, cache_dir=a.cache_dir)); return 0
     if a.cmd == "eval":
         from rl_notes.models import load_model  # heavy: transformers
         from rl_notes.rollout import evaluate  # heavy: transformers

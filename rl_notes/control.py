@@ -10,7 +10,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 from .ppo import gae_episodes, ppo_policy_loss, value_loss, explained_variance
-from .checkpoint import ConfigError, validate_config
+from .configs import ConfigError, validate_config
 
 # %% auto #0
 __all__ = ['mlp', 'CategoricalHead', 'GaussianHead', 'ActorCritic', 'GymPPOConfig', 'train_ppo_gym']

@@ -9,16 +9,18 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 from .trainer import Algo, TrainConfig, PRESETS, RUN_CONTROL, get_algo, train
-from .models import SFTConfig, sft_config, sft_train, load_model, _quiet_hf
+from .sft import SFTConfig, sft_train
+from .models import load_model, _quiet_hf
 from .rollout import sample_eval
 from .tasks import TASKS, get_task
-from .checkpoint import cache_dir, code_version, read_json, write_json_atomic, rng_state, set_rng_state, CheckpointError
+from .cache import cache_dir, code_version
+from .checkpoint import read_json, write_json_atomic, rng_state, set_rng_state, CheckpointError
 
 # %% auto #0
 __all__ = ['FP_VERSION', 'MICRO_MODEL', 'MICRO_TASK', 'MICRO_SFT', 'TASK_KW', 'MICRO_RUN', 'RL_RUNS', 'SFT_RUNS', 'EVAL_RUNS',
            'KINDS', 'NOT_BEHAVIOUR', 'UNCOVERED_TASKS', 'micro_env', 'micro_model', 'micro_reward_model',
            'reward_short', 'rl_config', 'fingerprint', 'rows_key', 'fingerprint_memo', 'behaviour_key', 'coverage',
-           'inert', 'report', 'sft_key_config']
+           'inert', 'report']
 
 # %% ../nbs/16a_fingerprint.ipynb #5102d5e7
 FP_VERSION = 1  # bump when what a fingerprint records changes (its rows' layout), not when the library's numbers change
@@ -265,8 +267,3 @@ def report(kinds:tuple=tuple(KINDS)) -> str:
     lines.append(f"behaviour keys: lab runs {behaviour_key('rl')}, lab evaluations {behaviour_key('eval')}, SFT {behaviour_key('sft')}")
     return "\n".join(lines)
 
-def sft_key_config(task,  # an `rl_notes.tasks.Task`
-                   cfg:SFTConfig,  # the SFT run's settings
-                  ) -> dict:
-    "`rl_notes.models.sft_config` with the SFT loop's behaviour key in place of its source version: what an SFT cache key should hash."
-    return {**sft_config(task, cfg), "code": behaviour_key("sft")}

@@ -6,16 +6,17 @@
 from __future__ import annotations
 import math, json, time, hashlib
 from dataclasses import dataclass, field, asdict
-from pathlib import Path
 import torch
 from .core import masked_mean
 from .dpo import sequence_logps, dpo_loss, collate_pairs, concatenated_forward, REDUCTIONS, DPO_LOSS_TYPES
 from .rollout import generate
-from .checkpoint import (ConfigError, CheckpointError, validate_config, code_version, MetricsLog, RunLock, prepare_run_dir,
-                                 recover_dir, read_state, save_checkpoint, load_checkpoint, write_json_atomic)
+from .configs import ConfigError, validate_config
+from .checkpoint import CheckpointError
+from .rundir import RunDir, run_mode
+from .cache import code_version
 
 # %% auto #0
-__all__ = ['DPO_RUN_CONTROL', 'DPO_MARKERS', 'verifier_pairs', 'DPOConfig', 'train_dpo']
+__all__ = ['DPO_RUN_CONTROL', 'verifier_pairs', 'DPOConfig', 'train_dpo']
 
 # %% ../nbs/15_preference.ipynb #549d05f3
 def _pick_pairs(correct:torch.Tensor,  # (n_prompts * k,) bool: the verifier accepted the sample
@@ -103,7 +104,7 @@ def _as_triples(pairs) -> list:
 # %% ../nbs/15_preference.ipynb #c1a778f6
 @dataclass
 class DPOConfig:
-    "Hyperparameters of `train_dpo` (its keyword arguments)."
+    "The settings of a `train_dpo` run."
     steps: int = field(default=100, metadata=dict(ge=1))  # optimiser updates
     batch_size: int = field(default=32, metadata=dict(ge=1))  # pairs per update
     lr: float = field(default=1e-4, metadata=dict(gt=0))  # AdamW learning rate (constant)
@@ -127,7 +128,6 @@ class DPOConfig:
         z = torch.zeros(1); dpo_loss(z, z, z, z, self.beta, self.loss_type, self.label_smoothing)   # the loss's own argument checks
 
 DPO_RUN_CONTROL = ("steps", "save_every")  # fields that may change between a run and its resumption
-DPO_MARKERS = ("metrics.jsonl", "ckpt", "done.json")  # what a previous train_dpo run leaves in its out_dir
 
 def _run_config(cfg:DPOConfig, pairs:list) -> dict:
     "What a checkpoint must match to be resumed: the config without run control, and the pairs (count and hash)."
@@ -169,29 +169,27 @@ def _dpo_update(policy, opt, pairs:list, ref_c:torch.Tensor, ref_r:torch.Tensor,
     return row
 
 # %% ../nbs/15_preference.ipynb #3154cbb1
-def _dpo_resume(ck:Path, run_cfg:dict, cfg:DPOConfig, policy, opt):
-    "(step, wall seconds so far, ref chosen, ref rejected) from the checkpoint in `ck`, or None when there is none."
-    if not recover_dir(ck): return None
-    step = read_state(ck)["step"]
-    if step > cfg.steps: raise CheckpointError(f"checkpoint {str(ck)!r} is at step {step}, beyond `steps`={cfg.steps}")
-    st = load_checkpoint(ck, run_cfg, None, policy, opt, tensors=("ref_logps",), label="run")
+def _dpo_resume(rd:RunDir, run_cfg:dict, cfg:DPOConfig, policy, opt):
+    "(step, wall seconds so far, ref chosen, ref rejected, metric rows) from the checkpoint of run directory `rd`, or None when there is none."
+    st = rd.state()
+    if st is None: return None
+    if st["step"] > cfg.steps: raise CheckpointError(f"checkpoint {str(rd.ckpt)!r} is at step {st['step']}, beyond `steps`={cfg.steps}")
+    st, rows = rd.resume(run_cfg, None, policy, opt, tensors=("ref_logps",), label="run")
     ref = st["tensors"]["ref_logps"]
-    return st["step"], float(st["extra"].get("wall_s", 0.0)), ref["chosen"], ref["rejected"]
+    return st["step"], float(st["extra"].get("wall_s", 0.0)), ref["chosen"], ref["rejected"], rows
 
-def _dpo_loop(policy, ref, pairs:list, cfg:DPOConfig, eval_fn, out:Path|None) -> list[dict]:
-    "The training loop of `train_dpo` (`out`: the locked, prepared run directory, or None)."
+def _dpo_loop(policy, ref, pairs:list, cfg:DPOConfig, eval_fn, rd:RunDir|None) -> list[dict]:
+    "The training loop of `train_dpo` (`rd`: the open run directory, or None)."
     opt = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    run_cfg, ck = _run_config(cfg, pairs), (out / "ckpt" if out else None)
-    log = MetricsLog(out / "metrics.jsonl") if out else None
-    resumed = _dpo_resume(ck, run_cfg, cfg, policy, opt) if out else None
-    if resumed: start, t_prev, ref_c, ref_r = resumed
-    else: (start, t_prev), (ref_c, ref_r) = (0, 0.0), _ref_logps(ref if ref is not None else policy, pairs, cfg.reduction, cfg.pad_token_id)
-    hist = [r for r in log.read() if r["step"] <= start] if resumed else []
-    if log: log.rewrite(hist)                                  # drops rows logged after the checkpoint
+    run_cfg = _run_config(cfg, pairs)
+    resumed = _dpo_resume(rd, run_cfg, cfg, policy, opt) if rd else None
+    if resumed: start, t_prev, ref_c, ref_r, hist = resumed
+    else: (start, t_prev, hist), (ref_c, ref_r) = (0, 0.0, []), _ref_logps(ref if ref is not None else policy, pairs, cfg.reduction, cfg.pad_token_id)
+    if rd: rd.begin(hist)                                      # drops rows logged after the checkpoint
     t0, probe_pairs = time.time(), pairs[:cfg.probe]
     def record(row):
         hist.append(row)
-        if log: log.append(row)
+        if rd: rd.append(row)
     def evaluate_row(): return {**_probe_row(policy, probe_pairs, ref_c, ref_r, cfg), **(eval_fn(policy) if eval_fn else {})}
     if start == 0: record({"step": 0, **evaluate_row()})
     policy.train()
@@ -199,11 +197,11 @@ def _dpo_loop(policy, ref, pairs:list, cfg:DPOConfig, eval_fn, out:Path|None) ->
         row = _dpo_update(policy, opt, pairs, ref_c, ref_r, cfg, step)
         if step % cfg.eval_every == 0 or step == cfg.steps: row.update(evaluate_row())
         record(row)
-        if ck and (step % cfg.save_every == 0 or step == cfg.steps):
-            save_checkpoint(ck, step, run_cfg, None, policy, opt, extra={"wall_s": t_prev + time.time() - t0, "code": code_version("preference")},
-                            tensors={"ref_logps": {"chosen": ref_c, "rejected": ref_r}})
-    if out and (start < cfg.steps or not (out / "done.json").exists()):
-        write_json_atomic(out / "done.json", {"steps": cfg.steps, "wall_s": round(t_prev + time.time() - t0, 2), "code": code_version("preference")})
+        if rd and (step % cfg.save_every == 0 or step == cfg.steps):
+            rd.save(step, run_cfg, None, policy, opt, extra={"wall_s": t_prev + time.time() - t0, "code": code_version("preference")},
+                    tensors={"ref_logps": {"chosen": ref_c, "rejected": ref_r}})
+    if rd and (start < cfg.steps or rd.done() is None):
+        rd.mark_done({"steps": cfg.steps, "wall_s": round(t_prev + time.time() - t0, 2), "code": code_version("preference")})
     policy.eval()
     return hist
 
@@ -211,34 +209,18 @@ def _dpo_loop(policy, ref, pairs:list, cfg:DPOConfig, eval_fn, out:Path|None) ->
 def train_dpo(policy,  # causal LM to train (in place)
               ref,  # frozen reference LM, or None: the policy as it is before the first update
               pairs,  # (prompt_ids, chosen_ids, rejected_ids) triples of token-id lists, or what `verifier_pairs` returns
-              steps:int,  # optimiser updates
-              batch_size:int=32,  # pairs per update
-              lr:float=1e-4,  # AdamW learning rate (constant)
-              beta:float=0.1,  # DPO beta (IPO: tau)
-              loss_type:str="sigmoid",  # one of `DPO_LOSS_TYPES`
-              label_smoothing:float=0.0,  # see `dpo_loss`
-              reduction:str="sum",  # "sum" (the paper) or "mean" (the notes' code), see `sequence_logps`
-              nll_coef:float=0.0,  # RPO: weight of the chosen answers' NLL per token added to the loss (0: plain DPO)
-              dpo_coef:float=1.0,  # weight of the preference loss (0 with `nll_coef` > 0: fine-tuning on the chosen answers only)
-              weight_decay:float=0.0,  # AdamW weight decay
-              max_grad_norm:float|None=1.0,  # gradient-norm clipping (None: off)
-              seed:int=0,  # seeds the batch order
-              probe:int=64,  # the first `probe` pairs are scored at every evaluation (0: no probe)
+              cfg:DPOConfig|None=None,  # the run's settings (default `DPOConfig()`)
+              *,
               eval_fn=None,  # optional callable(policy) -> dict of metrics, run at every evaluation
-              eval_every:int=10,  # steps between evaluations (step 0 and the last step are always evaluated)
-              pad_token_id:int=0,  # padding id for `collate_pairs`
-              out_dir:str|None=None,  # if set: metrics.jsonl, checkpoints in ckpt/, and done.json at the end
-              save_every:int=50,  # steps between checkpoints (the last step is always saved)
+              out_dir:str|None=None,  # if set: metrics.jsonl, checkpoints in ckpt/, and done.json at the end (a `RunDir`)
               resume:bool=True,  # continue the run found in `out_dir` (False: a previous run there is an error, unless `overwrite`)
               overwrite:bool=False,  # delete a previous run in `out_dir` and start over
              ) -> list[dict]:
     "DPO (or IPO / hinge / robust, optionally with RPO's NLL term) on fixed pairs; returns one metrics dict per step."
-    cfg = DPOConfig(steps=steps, batch_size=batch_size, lr=lr, beta=beta, loss_type=loss_type, label_smoothing=label_smoothing,
-                    reduction=reduction, nll_coef=nll_coef, dpo_coef=dpo_coef, weight_decay=weight_decay, max_grad_norm=max_grad_norm,
-                    seed=seed, probe=probe, eval_every=eval_every, pad_token_id=pad_token_id, save_every=save_every)
+    cfg = DPOConfig() if cfg is None else cfg
+    if not isinstance(cfg, DPOConfig): raise ValueError(f"`cfg` must be a DPOConfig, got {type(cfg).__name__}")
     pairs = _as_triples(pairs)
     if not pairs: raise ValueError("`pairs` is empty")
     if out_dir is None: return _dpo_loop(policy, ref, pairs, cfg, eval_fn, None)
-    with RunLock(out_dir):
-        prepare_run_dir(out_dir, resume=resume and not overwrite, overwrite=overwrite, markers=DPO_MARKERS)
-        return _dpo_loop(policy, ref, pairs, cfg, eval_fn, Path(out_dir))
+    with RunDir(out_dir).open(run_mode(resume and not overwrite, overwrite)) as rd:
+        return _dpo_loop(policy, ref, pairs, cfg, eval_fn, rd)

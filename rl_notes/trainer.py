@@ -11,7 +11,7 @@ from typing import Callable, Literal
 import numpy as np
 import torch
 from tqdm.auto import tqdm
-from .core import AGG_MODES, KL_KINDS, agg_loss, masked_mean, masked_whiten
+from .core import AGG_MODES, KL_KINDS, masked_mean, masked_whiten
 from .ppo import value_loss, explained_variance, terminal_rewards, value_model_from_policy, value_model_from_reward_model
 from .grpo import group_advantages, grpo_loss
 from .dapo import dynamic_sample, overlong_filter_mask, soft_overlong_punishment
@@ -22,8 +22,8 @@ from .data import RewardSet, load_dataset_splits, render_prompts, reward_spec
 from .tasks import get_task
 from .models import load_model, load_reward_model, apply_lora, enable_gradient_checkpointing, _quiet_hf
 from .rollout import Rollout, NonFiniteLogits, generate, response_logprobs, evaluate
-from .checkpoint import (CheckpointError, validate_config, MetricsLog, RunLock, prepare_run_dir, recover_dir,
-                                 save_checkpoint, load_checkpoint, write_json_atomic)
+from .configs import validate_config
+from .rundir import RunDir, RunLock, run_mode
 
 # %% auto #0
 __all__ = ['PRESETS', 'ADVANTAGE_ESTIMATORS', 'CRITIC_ESTIMATORS', 'POLICY_LOSSES', 'TOKEN_MODIFIERS', 'RUN_CONTROL', 'Algo',
@@ -464,7 +464,8 @@ class Run:
         self.algo, self.W, self.rank, self.main, self.device = self.cfg.algo, acc.num_processes, acc.process_index, acc.is_main_process, acc.device
         self.reduce = (lambda t: acc.reduce(t, "sum")) if self.W > 1 else None   # sum over processes (None: one process)
         self.gather = accelerate_gather(acc) if self.W > 1 else None             # 1-D values of every process, joined (None: one process)
-        self.ckpt, self.log = os.path.join(self.cfg.out_dir, "ckpt"), MetricsLog(os.path.join(self.cfg.out_dir, "metrics.jsonl"))
+        self.dir = RunDir(self.cfg.out_dir)                                        # the run directory: its files, lock and metrics
+        self.ckpt, self.log = str(self.dir.ckpt), self.dir.metrics
     @property
     def gen_model(self): return self.acc.unwrap_model(self.policy)
     def close(self):
@@ -530,27 +531,16 @@ def _on_main(acc, fn):
     if err is not None: raise err
 
 def _open_dir(run:Run):
-    "Lock out_dir (main process); refuse to replace a previous run unless asked; resume from its checkpoint; (re)write metrics.jsonl."
+    "Open out_dir (main process: lock it, in the mode `resume` / `overwrite` ask for); resume from its checkpoint; (re)write config.json and metrics.jsonl."
     cfg = run.cfg
-    def claim():
-        run.lock = RunLock(cfg.out_dir).acquire()
-        prepare_run_dir(cfg.out_dir, cfg.resume, cfg.overwrite)
-        # `recover_dir` puts back a checkpoint whose swap was killed between its two renames
-        if cfg.resume and not recover_dir(run.ckpt) and run.log.read():
-            raise CheckpointError(f"resume=True but {run.ckpt!r} holds no checkpoint (none to recover either) while {str(run.log.path)!r} "
-                                  "has rows; refusing to restart silently: pass overwrite=True (--overwrite) to start this run over, "
-                                  "or use another out_dir")
+    def claim(): run.lock = run.dir.open(run_mode(cfg.resume, cfg.overwrite)).lock   # a killed swap's checkpoint is put back
     _on_main(run.acc, claim)
     rows = []
-    if cfg.resume and os.path.isdir(run.ckpt):
-        st = load_checkpoint(run.ckpt, cfg, run.acc, run.policy, run.opt, run.critic, run.copt, ignore=RUN_CONTROL)
+    if cfg.resume and run.dir.ckpt.is_dir():
+        st, rows = run.dir.resume(cfg, run.acc, run.policy, run.opt, run.critic, run.copt, ignore=RUN_CONTROL)
         run.start = run.saved = st["step"]
-        rows = [r for r in run.log.read() if r.get("step", 0) <= run.start]
-        if run.start > 0 and not any(r.get("step") == run.start for r in rows):
-            raise CheckpointError(f"{run.log.path} lacks the rows up to step {run.start} that the checkpoint has")
     if run.main:
-        write_json_atomic(os.path.join(cfg.out_dir, "config.json"), cfg.to_dict())   # atomic, like the metrics
-        run.log.rewrite(rows)                                          # atomic: a kill leaves the old file or the new one
+        run.dir.begin(rows, config=cfg.to_dict())                      # atomic: a kill leaves the old files or the new ones
         if cfg.report_to != "none": run.reporter = Reporter(cfg.report_to, cfg.out_dir, cfg.to_dict())
     run.rows = rows
     run.acc.wait_for_everyone()
@@ -832,7 +822,7 @@ def checkpoint(run:Run, step:int):
     models = [m for m in (run.policy, run.critic) if m is not None]
     if not all(bool(torch.isfinite(p).all()) for m in models for p in m.parameters()):
         raise TrainingDiverged(f"training diverged at step {step}: the weights are not finite; not saved, {_kept(run)}")
-    save_checkpoint(run.ckpt, step, cfg, run.acc, run.policy, run.opt, run.critic, run.copt)
+    run.dir.save(step, cfg, run.acc, run.policy, run.opt, run.critic, run.copt)
     run.saved = step
 
 def value_pretrain_step(run:Run, k:int, mt:Meter):

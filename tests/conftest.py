@@ -9,9 +9,10 @@ def pytest_configure(config):
 @pytest.fixture(scope="session")
 def micro_sft(tmp_path_factory) -> str:
     "Directory of a micro SFT checkpoint: tiny Llama (hidden 32, 1 layer, 2 heads), 60 steps on 2-digit addition without scratchpad."
-    from rl_notes.models import sft_warm_start  # torch and transformers: only for the tests that ask for it
-    return str(sft_warm_start("addition", model_cfg=dict(hidden_size=32, num_layers=1, heads=2), steps=60, batch_size=32, eval_n=0,
-                              n_train=2000, cache_dir=tmp_path_factory.mktemp("sft"), progress=False, max_digits=2, scratchpad=False))
+    from rl_notes.lab import sft_warm_start  # torch and transformers: only for the tests that ask for it
+    from rl_notes.sft import SFTConfig
+    cfg = SFTConfig(model_cfg=dict(hidden_size=32, num_layers=1, heads=2), steps=60, batch_size=32, eval_n=0, n_train=2000)
+    return str(sft_warm_start("addition", cfg, cache_dir=tmp_path_factory.mktemp("sft"), progress=False, max_digits=2, scratchpad=False))
 
 
 @pytest.fixture(scope="session")

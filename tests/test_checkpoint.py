@@ -1,12 +1,14 @@
-"rl_notes.checkpoint: config validation, cache paths, metrics log, run lock, run-directory policy, checkpoint swap and recovery."
+"The lab's disk rooms: rl_notes.configs (config validation), rl_notes.cache (cache paths, code version), rl_notes.rundir (metrics log, run lock, the run directory), rl_notes.checkpoint (checkpoint swap and recovery)."
 import json, math, os, socket, subprocess, sys, time, warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 import pytest
 import torch
-from rl_notes.checkpoint import (ConfigError, validate_config, cache_dir, code_version, MetricsLog, RunLock,
-                                 prepare_run_dir, CheckpointError)
+from rl_notes.configs import ConfigError, validate_config
+from rl_notes.cache import cache_dir, code_version
+from rl_notes.rundir import MetricsLog, RunLock, RunDir, run_mode
+from rl_notes.checkpoint import CheckpointError
 
 torch.set_num_threads(1)
 
@@ -76,13 +78,13 @@ def test_cache_dir(monkeypatch, tmp_path):
     assert cache_dir("lab") == tmp_path / "c" / "lab"
 
 def test_code_version_hashes_the_lab_modules(tmp_path):
-    import rl_notes, rl_notes.checkpoint as ck
+    import rl_notes
     v = code_version()
     assert v.startswith(rl_notes.__version__ + "+") and code_version() is v
     # a copy of the package with one changed module hashes differently; a changed cli.py does not count
     pkg = tmp_path / "rl_notes"; pkg.mkdir()
     for f in Path(rl_notes.__file__).parent.glob("*.py"): (pkg / f.name).write_bytes(f.read_bytes())
-    def version_of(): return subprocess.run([sys.executable, "-c", "import rl_notes.checkpoint as c; print(c.code_version())"],
+    def version_of(): return subprocess.run([sys.executable, "-c", "import rl_notes.cache as c; print(c.code_version())"],
                                             cwd=tmp_path, capture_output=True, text=True, check=True).stdout.strip()
     v0 = version_of(); assert v0 == v
     (pkg / "cli.py").write_text((pkg / "cli.py").read_text() + "\n# comment\n"); assert version_of() == v0
@@ -92,7 +94,7 @@ def test_code_version_of_an_import_closure(tmp_path):
     import rl_notes
     pkg = tmp_path / "rl_notes"; pkg.mkdir()
     for f in Path(rl_notes.__file__).parent.glob("*.py"): (pkg / f.name).write_bytes(f.read_bytes())
-    def versions(): return subprocess.run([sys.executable, "-c", "import rl_notes.checkpoint as c; print(c.code_version('lab'), c.code_version('models'))"],
+    def versions(): return subprocess.run([sys.executable, "-c", "import rl_notes.cache as c; print(c.code_version('lab'), c.code_version('sft'))"],
                                           cwd=tmp_path, capture_output=True, text=True, check=True).stdout.split()
     lab0, sft0 = versions()
     (pkg / "newmod.py").write_text("x = 1\n"); assert versions() == [lab0, sft0]           # a module nothing imports: no change
@@ -135,7 +137,7 @@ def test_metrics_rewrite_is_atomic(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl"]             # no temp file left
 
 
-# ---------------------------------------------------------------- RunLock, prepare_run_dir
+# ---------------------------------------------------------------- RunLock, RunDir
 def test_run_lock(tmp_path):
     with RunLock(tmp_path) as lk:
         d = json.loads(lk.path.read_text())
@@ -147,7 +149,7 @@ def test_run_lock(tmp_path):
     assert not (tmp_path / ".lock").exists()
 
 def test_run_lock_live_and_stale_owner(tmp_path):
-    child = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom rl_notes.checkpoint import RunLock\n"
+    child = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom rl_notes.rundir import RunLock\n"
                               "with RunLock(sys.argv[1]): print('locked', flush=True); time.sleep(120)", str(tmp_path)],
                              stdout=subprocess.PIPE, text=True)
     try:
@@ -163,7 +165,7 @@ def test_run_lock_one_winner(tmp_path):
     "Processes racing for one stale lock: exactly one gets it."
     dead = subprocess.Popen([sys.executable, "-c", "pass"]); dead.wait()
     (tmp_path / ".lock").write_text(json.dumps({"pid": dead.pid, "host": socket.gethostname(), "time": 0}))
-    code = ("import sys, time\nfrom rl_notes.checkpoint import RunLock, CheckpointError\n"
+    code = ("import sys, time\nfrom rl_notes.rundir import RunLock, CheckpointError\n"
             "import os\nopen(sys.argv[2] + '.ready.' + str(os.getpid()), 'w').close()\n"
             "while not os.path.exists(sys.argv[2]): time.sleep(0.01)\n"
             "try:\n    with RunLock(sys.argv[1]): print('won', flush=True); time.sleep(3)\n"
@@ -176,23 +178,72 @@ def test_run_lock_one_winner(tmp_path):
     out = sorted(p.communicate(timeout=60)[0].strip() for p in ps)
     assert out == ["lost", "lost", "lost", "won"], out
 
-def test_prepare_run_dir(tmp_path):
-    run = tmp_path / "run"
-    prepare_run_dir(run, resume=False, overwrite=False); assert run.is_dir()
+def test_run_dir_modes(tmp_path):
+    run = tmp_path / "run"; rd = RunDir(run)
+    rd.prepare("fresh"); assert run.is_dir()
     (run / "metrics.jsonl").write_text('{"step": 0}\n'); (run / "ckpt.tmp").mkdir(); (run / ".lock").write_text("{}")
     with pytest.raises(CheckpointError, match=r"holds a previous run .*pass resume=True \(--resume\) to continue it or overwrite=True \(--overwrite\) to replace it"):
-        prepare_run_dir(run, resume=False, overwrite=False)
-    prepare_run_dir(run, resume=True, overwrite=False); assert (run / "metrics.jsonl").exists()
-    prepare_run_dir(run, resume=False, overwrite=True)
+        rd.prepare("fresh")
+    with pytest.raises(CheckpointError, match="holds no checkpoint .* refusing to restart silently"): rd.prepare("resume")   # rows, no checkpoint
+    assert (run / "metrics.jsonl").exists()
+    rd.prepare("overwrite")
     assert sorted(p.name for p in run.iterdir()) == [".lock"]
-    prepare_run_dir(tmp_path / "new", resume=True, overwrite=False)                    # resume with nothing there: fresh
+    RunDir(tmp_path / "new").prepare("resume")                                            # resume with nothing there: fresh
     (tmp_path / "f").write_text("")
-    with pytest.raises(CheckpointError, match="not a directory"): prepare_run_dir(tmp_path / "f", False, False)
-    with pytest.raises(ValueError, match="exclude each other"): prepare_run_dir(run, True, True)
-    for m in ("ckpt.old", "state.json"):
+    with pytest.raises(CheckpointError, match="not a directory"): RunDir(tmp_path / "f").prepare("fresh")
+    with pytest.raises(ValueError, match="exclude each other"): run_mode(True, True)
+    with pytest.raises(ValueError, match="`mode` must be one of"): rd.prepare("append")
+    for m in ("ckpt.old", "state.json", "done.json"):
         (run / m).mkdir() if m.startswith("ckpt") else (run / m).write_text("{}")
-        with pytest.raises(CheckpointError, match="previous run"): prepare_run_dir(run, False, False)
-        prepare_run_dir(run, False, True)
+        with pytest.raises(CheckpointError, match="previous run"): rd.prepare("fresh")
+        rd.prepare("overwrite")
+    (run / "log.txt").write_text("x"); (run / "config.json").write_text("{}"); (run / "job.json").write_text("{}"); (run / "metrics.jsonl").write_text("")
+    rd.prepare("overwrite", keep=("log.txt",))
+    assert sorted(p.name for p in run.iterdir()) == [".lock", "job.json", "log.txt"]    # the runner's job and (kept) log stay
+    (run / "config.json").write_text("{}")
+    for mode in ("fresh", "resume", "overwrite"): rd.prepare(mode)                       # no previous run: nothing is deleted
+    assert sorted(p.name for p in run.iterdir()) == [".lock", "config.json", "job.json", "log.txt"]
+
+def test_run_dir_layout_lock_and_metrics(tmp_path):
+    rd = RunDir(tmp_path / "r")
+    names = {"config": rd.config_file, "metrics": rd.metrics.path, "ckpt": rd.ckpt, "done": rd.done_file, "log": rd.log_file,
+             "job": rd.job_file, "lock": rd.lock.path, "weights": rd.weights(), "critic": rd.weights("critic")}
+    assert {k: str(v.relative_to(rd.path)) for k, v in names.items()} == {
+        "config": "config.json", "metrics": "metrics.jsonl", "ckpt": "ckpt", "done": "done.json", "log": "log.txt", "job": "job.json",
+        "lock": ".lock", "weights": "ckpt/policy.safetensors", "critic": "ckpt/critic.safetensors"}
+    assert RunDir(tmp_path, lock=".lab.lock").lock.path == tmp_path / ".lab.lock"
+    with rd.open("fresh"):
+        assert rd.lock.owner()["pid"] == os.getpid()
+        with pytest.raises(CheckpointError, match="is in use by process"): RunDir(rd.path).open("resume")
+        rd.begin([], config={"a": 1})
+        for s in range(3): rd.append({"step": s})
+    assert not rd.lock.path.exists()
+    assert json.loads(rd.config_file.read_text()) == {"a": 1} and rd.metrics.read() == [{"step": s} for s in range(3)]
+    with open(rd.metrics.path, "a") as f: f.write('{"step": 3, "lo')                    # killed mid-append
+    with pytest.warns(UserWarning, match="partial last line"): RunDir(rd.path).append({"step": 3})   # the next process's first append
+    assert [r["step"] for r in rd.metrics.read()] == [0, 1, 2, 3]
+    with pytest.raises(CheckpointError, match="holds a previous run"): rd.open("fresh")
+    assert not rd.lock.path.exists()                                                     # a failed open releases the lock
+    assert rd.done() is None; rd.mark_done({"steps": 3}); assert rd.done() == {"steps": 3}
+
+def test_run_dir_resume_protocol(tmp_path):
+    "save at step 2, rows up to 3 (a kill after the row of step 3): resume gives the checkpoint and rows 0..2; a killed swap is recovered."
+    cfg = {"lr": 1e-2}
+    with RunDir(tmp_path / "r").open("fresh") as rd:
+        net, opt = _toy(0); rd.begin([], cfg)
+        for s in range(4): rd.append({"step": s})
+        rd.save(2, cfg, None, net, opt)
+    assert rd.state()["step"] == 2 and rd.has_checkpoint()
+    os.replace(rd.ckpt, rd.path / "ckpt.old")                                             # killed between the swap's renames
+    with pytest.warns(UserWarning, match="recovered"):
+        with RunDir(rd.path).open("resume") as rd2:
+            net2, opt2 = _toy(1)
+            st, rows = rd2.resume(cfg, None, net2, opt2)
+    assert st["step"] == 2 and [r["step"] for r in rows] == [0, 1, 2]
+    assert all(torch.equal(a, b) for a, b in zip(net.parameters(), net2.parameters()))
+    with pytest.raises(CheckpointError, match="different configuration"): rd.resume({"lr": 0.1}, None, *_toy())
+    rd.metrics.rewrite([{"step": 0}])
+    with pytest.raises(CheckpointError, match="lacks the rows up to step 2"): rd.resume(cfg, None, *_toy())
 
 
 # ---------------------------------------------------------------- the checkpoint swap and its recovery

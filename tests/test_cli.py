@@ -42,7 +42,7 @@ def test_options_are_the_config_fields():
     "Every field of TrainConfig and SFTConfig is an option (name, type, default and help from the source) or written by hand."
     import dataclasses
     from rl_notes.cli import PRESET_NAMES, SFT_HAND, TRAIN_HAND, _parser, config_fields
-    from rl_notes.models import SFTConfig
+    from rl_notes.sft import SFTConfig
     from rl_notes.trainer import PRESETS, TrainConfig
     assert list(PRESET_NAMES) == sorted(PRESETS)
     for C, hand, cmd in ((TrainConfig, TRAIN_HAND, "train"), (SFTConfig, SFT_HAND, "sft")):

@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn as nn
 from rl_notes.control import GymPPOConfig, train_ppo_gym, ActorCritic
-from rl_notes.checkpoint import ConfigError
+from rl_notes.configs import ConfigError
 from rl_notes.ppo import gae_episodes, ppo_policy_loss, value_loss, explained_variance
 
 torch.set_num_threads(1)

@@ -222,13 +222,13 @@ def _pairs(n, seed):
 
 def test_train_dpo_split_run_equals_uninterrupted(tmp_path, tiny_lm):
     "A run stopped at a step that is both saved and evaluated, then resumed, equals an uninterrupted one."
-    from rl_notes.preference import train_dpo
+    from rl_notes.preference import train_dpo, DPOConfig
     pairs = _pairs(10, 0)
-    kw = dict(batch_size=4, lr=1e-2, eval_every=2, probe=4, save_every=2, nll_coef=0.5)
-    a = tiny_lm(); ha = train_dpo(a, None, pairs, 7, out_dir=str(tmp_path / "a"), **kw)
-    b = tiny_lm(); train_dpo(b, None, pairs, 4, out_dir=str(tmp_path / "b"), **kw)     # stops after 4 steps, as if killed
-    b = tiny_lm(); hb = train_dpo(b, None, pairs, 7, out_dir=str(tmp_path / "b"), **kw)  # a fresh process resumes
+    cfg = lambda steps: DPOConfig(steps=steps, batch_size=4, lr=1e-2, eval_every=2, probe=4, save_every=2, nll_coef=0.5)
+    a = tiny_lm(); ha = train_dpo(a, None, pairs, cfg(7), out_dir=str(tmp_path / "a"))
+    b = tiny_lm(); train_dpo(b, None, pairs, cfg(4), out_dir=str(tmp_path / "b"))     # stops after 4 steps, as if killed
+    b = tiny_lm(); hb = train_dpo(b, None, pairs, cfg(7), out_dir=str(tmp_path / "b"))  # a fresh process resumes
     assert hb == ha
     for pa, pb in zip(a.parameters(), b.parameters()): assert torch.equal(pa, pb)
     assert ha[0]["probe/loss"] == pytest.approx(math.log(2), abs=1e-6)
-    with pytest.raises(ValueError, match="different run"): train_dpo(tiny_lm(), None, pairs[:9], 7, out_dir=str(tmp_path / "b"), **kw)
+    with pytest.raises(ValueError, match="different run"): train_dpo(tiny_lm(), None, pairs[:9], cfg(7), out_dir=str(tmp_path / "b"))

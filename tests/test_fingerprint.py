@@ -106,11 +106,11 @@ def test_sft_and_eval_kinds(micro):
     assert ev["add1"][0]["k"] == 4 and "seconds" not in json.dumps(ev)
 
 
-def test_sft_key_config_replaces_only_the_source_version(tmp_path, monkeypatch):
-    from rl_notes.models import SFTConfig, sft_config
+def test_sft_key_replaces_only_the_source_version(tmp_path, monkeypatch):
+    "The SFT cache key (rl_notes.lab.sft_key) is the SFT run's configuration plus the SFT loop's behaviour key."
+    from rl_notes.sft import SFTConfig, sft_config
     from rl_notes.tasks import get_task
-    from rl_notes.fingerprint import sft_key_config
+    from rl_notes.lab import sft_key
     monkeypatch.setenv("RL_NOTES_CACHE", str(tmp_path))
     task, cfg = get_task("addition", max_digits=2), SFTConfig(steps=5)
-    got, src = sft_key_config(task, cfg), sft_config(task, cfg)
-    assert got["code"] == behaviour_key("sft") != src["code"] and {**got, "code": src["code"]} == src
+    assert sft_key(task, cfg) == {**sft_config(task, cfg), "code": behaviour_key("sft")}

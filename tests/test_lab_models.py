@@ -6,7 +6,9 @@ from hypothesis import given, settings, strategies as st
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from rl_notes.tasks import CHARS, get_task, parse_expression
-from rl_notes.models import build_tokenizer, tiny_llama, load_model, sft_warm_start
+from rl_notes.models import build_tokenizer, tiny_llama, load_model
+from rl_notes.sft import SFTConfig
+from rl_notes.lab import sft_warm_start
 from rl_notes.rollout import generate, response_logprobs, cat_rollouts, evaluate
 
 torch.set_num_threads(1)
@@ -78,23 +80,23 @@ def test_load_model_bad_path(tmp_path, saved, kind):
 def test_sft_cache_and_determinism(tmp_path):
     task = get_task("addition", min_digits=1, max_digits=2)
     kw = dict(model_cfg=dict(hidden_size=32, num_layers=1, heads=2), steps=3, batch_size=8, n_train=50, eval_n=8,
-              target_accuracy=1.0, eval_every=1, val_n=8, progress=False)
-    p1 = sft_warm_start(task, cache_dir=tmp_path / "a", **kw)
+              target_accuracy=1.0, eval_every=1, val_n=8)
+    p1 = sft_warm_start(task, SFTConfig(**kw), cache_dir=tmp_path / "a", progress=False)
     info = json.loads((p1 / "sft_config.json").read_text())
     assert len(info["loss"]) == 3 and "accuracy" in info["eval"]
     assert [s for s, _ in info["val_accuracy"]] == [1, 2, 3] and info["stopped_at"] == 3   # target never reached
     mtime = (p1 / "model.safetensors").stat().st_mtime_ns
-    assert sft_warm_start(task, cache_dir=tmp_path / "a", **kw) == p1             # cache hit: same dir
+    assert sft_warm_start(task, SFTConfig(**kw), cache_dir=tmp_path / "a", progress=False) == p1             # cache hit: same dir
     assert (p1 / "model.safetensors").stat().st_mtime_ns == mtime                  # not rewritten
-    p2 = sft_warm_start(task, cache_dir=tmp_path / "b", **kw)                      # fresh dir: same weights
+    p2 = sft_warm_start(task, SFTConfig(**kw), cache_dir=tmp_path / "b", progress=False)                      # fresh dir: same weights
     m1, _ = load_model(p1); m2, _ = load_model(p2)
     assert all(torch.equal(a, b) for a, b in zip(m1.parameters(), m2.parameters()))
-    p3 = sft_warm_start(task, cache_dir=tmp_path / "a", **{**kw, "steps": 4})     # other config: other dir
+    p3 = sft_warm_start(task, SFTConfig(**{**kw, "steps": 4}), cache_dir=tmp_path / "a", progress=False)     # other config: other dir
     assert p3 != p1
     assert not [q for q in (tmp_path / "a").iterdir() if q.name.endswith((".tmp", ".old"))]
-    with pytest.raises(ValueError, match="SFTConfig.steps must be an int >= 1, got 0"): sft_warm_start(task, cache_dir=tmp_path, **{**kw, "steps": 0})
-    with pytest.raises(ValueError, match="SFTConfig.target_accuracy"): sft_warm_start(task, cache_dir=tmp_path, **{**kw, "target_accuracy": 1.5})
-    with pytest.raises(ValueError, match="SFTConfig.lr must be a finite float > 0, got inf"): sft_warm_start(task, cache_dir=tmp_path, **{**kw, "lr": float("inf")})
+    with pytest.raises(ValueError, match="SFTConfig.steps must be an int >= 1, got 0"): sft_warm_start(task, SFTConfig(**{**kw, "steps": 0}), cache_dir=tmp_path)
+    with pytest.raises(ValueError, match="SFTConfig.target_accuracy"): sft_warm_start(task, SFTConfig(**{**kw, "target_accuracy": 1.5}), cache_dir=tmp_path)
+    with pytest.raises(ValueError, match="SFTConfig.lr must be a finite float > 0, got inf"): sft_warm_start(task, SFTConfig(**{**kw, "lr": float("inf")}), cache_dir=tmp_path)
 
 
 @given(st.integers(0, 10**6), st.integers(0, 10**6))
@@ -145,38 +147,41 @@ def test_evaluate_keys(tok):
 
 
 # ---------------------------------------------------------------- the SFT cache: location, code version, kills, damage
-SMALL = dict(model_cfg=dict(hidden_size=32, num_layers=1, heads=2), steps=3, batch_size=8, n_train=40, eval_n=0,
-             target_accuracy=None, progress=False)
+SMALL = SFTConfig(model_cfg=dict(hidden_size=32, num_layers=1, heads=2), steps=3, batch_size=8, n_train=40, eval_n=0,
+                  target_accuracy=None)
 
-def test_sft_cache_default_location_and_code_version(tmp_path, monkeypatch):
-    from rl_notes.checkpoint import code_version, cache_dir
-    from rl_notes.models import SFTConfig, sft_cache_path
+def test_sft_cache_default_location_and_behaviour_key(tmp_path, monkeypatch):
+    from rl_notes.cache import cache_dir
+    from rl_notes.fingerprint import behaviour_key
+    from rl_notes.lab import sft_cache_path
+    import shutil
+    key = behaviour_key("sft")       # memoised under the default cache root: computed at most once per source version
+    shutil.copytree(cache_dir("fingerprint"), tmp_path / "c" / "fingerprint")        # so the warm start below reads it
     monkeypatch.setenv("RL_NOTES_CACHE", str(tmp_path / "c"))
     task = get_task("addition", min_digits=1, max_digits=2)
-    p = sft_warm_start(task, **SMALL)
+    p = sft_warm_start(task, SMALL, progress=False)
     assert p.parent == cache_dir("sft") == tmp_path / "c" / "sft"
     info = json.loads((p / "sft_config.json").read_text())
-    assert info["config"]["code"] == code_version("models") and set(info["files"]) >= {"model.safetensors", "config.json"}
-    # another code version is another entry: results of older code are not reused
-    import rl_notes.models as models
-    monkeypatch.setattr(models, "code_version", lambda *roots: "0.0.0+000000000000")
-    cfg = SFTConfig(**{k: v for k, v in SMALL.items() if k != "progress"})
-    assert sft_cache_path(task, cfg) != p
+    assert info["config"]["code"] == key and set(info["files"]) >= {"model.safetensors", "config.json"}
+    # code that trains differently is another entry: its results are not reused
+    import rl_notes.lab as lab
+    monkeypatch.setattr(lab, "behaviour_key", lambda kind: "fp1-000000000000")
+    assert sft_cache_path(task, SMALL) != p
 
 @pytest.mark.parametrize("leftover", [".old", ".tmp"])
 def test_sft_cache_kill_between_renames(tmp_path, leftover):
     task = get_task("addition", min_digits=1, max_digits=2)
-    p = sft_warm_start(task, cache_dir=tmp_path, **SMALL)
+    p = sft_warm_start(task, SMALL, cache_dir=tmp_path, progress=False)
     mtime = (p / "model.safetensors").stat().st_mtime_ns
     os.replace(p, p.with_name(p.name + leftover))                   # the swap's first rename happened, the second did not
-    with pytest.warns(UserWarning, match="recovered"): assert sft_warm_start(task, cache_dir=tmp_path, **SMALL) == p
+    with pytest.warns(UserWarning, match="recovered"): assert sft_warm_start(task, SMALL, cache_dir=tmp_path, progress=False) == p
     assert (p / "model.safetensors").stat().st_mtime_ns == mtime     # recovered, not retrained
 
 def test_sft_cache_kill_inside_commit(tmp_path, monkeypatch):
     "A retrain over a damaged entry killed between the two os.replace calls of the swap: the next call recovers."
-    import rl_notes.models as models
+    import rl_notes.lab as lab
     task = get_task("addition", min_digits=1, max_digits=2)
-    p = sft_warm_start(task, cache_dir=tmp_path, **SMALL)
+    p = sft_warm_start(task, SMALL, cache_dir=tmp_path, progress=False)
     good = (p / "model.safetensors").read_bytes()
     (p / "model.safetensors").write_bytes(good[:-8] + os.urandom(8))   # damaged: not trusted, trained again
     real, calls = os.replace, []
@@ -184,12 +189,12 @@ def test_sft_cache_kill_inside_commit(tmp_path, monkeypatch):
         if calls: raise KeyboardInterrupt("killed")
         calls.append(a); real(a, b)
     monkeypatch.setattr(os, "replace", replace)
-    with pytest.raises(KeyboardInterrupt): sft_warm_start(task, cache_dir=tmp_path, **SMALL)
+    with pytest.raises(KeyboardInterrupt): sft_warm_start(task, SMALL, cache_dir=tmp_path, progress=False)
     monkeypatch.undo()
     assert not p.exists()
     trained = []
-    monkeypatch.setattr(models, "sft_train", lambda *a, **k: trained.append(1))
-    with pytest.warns(UserWarning, match="recovered"): assert sft_warm_start(task, cache_dir=tmp_path, **SMALL) == p
+    monkeypatch.setattr(lab, "sft_train", lambda *a, **k: trained.append(1))
+    with pytest.warns(UserWarning, match="recovered"): assert sft_warm_start(task, SMALL, cache_dir=tmp_path, progress=False) == p
     assert not trained and (p / "model.safetensors").read_bytes() == good
 
 
@@ -247,13 +252,14 @@ def test_lab_runs_cache_and_resume(tmp_path, monkeypatch):
     import subprocess, sys, shutil
     from rl_notes.lab import lab_runs, lab_key, lab_done, LAB_LOCK
     from rl_notes.trainer import TrainConfig
-    from rl_notes.checkpoint import cache_dir, RunLock
+    from rl_notes.cache import cache_dir
+    from rl_notes.rundir import RunLock
     from rl_notes.fingerprint import behaviour_key
     key = behaviour_key("rl")        # memoised under the default cache root: computed at most once per source version
     shutil.copytree(cache_dir("fingerprint"), tmp_path / "cache" / "fingerprint")    # so the runs below read it, not recompute it
     monkeypatch.setenv("RL_NOTES_CACHE", str(tmp_path / "cache"))
-    micro = str(sft_warm_start("addition", model_cfg=dict(hidden_size=32, num_layers=1, heads=2), steps=20, batch_size=16, eval_n=0,
-                               n_train=200, progress=False, max_digits=2, scratchpad=False, target_accuracy=None))
+    micro = str(sft_warm_start("addition", SFTConfig(model_cfg=dict(hidden_size=32, num_layers=1, heads=2), steps=20, batch_size=16, eval_n=0,
+                                                     n_train=200, target_accuracy=None), progress=False, max_digits=2, scratchpad=False))
     kw = dict(model=micro, algo="grpo", task_kw=dict(max_digits=2, scratchpad=False), steps=3, n_prompts=2, group_size=2,
               max_new_tokens=3, n_train=50, n_eval=0, save_every=1)
     cfg = TrainConfig(**kw)

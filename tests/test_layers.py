@@ -1,47 +1,70 @@
 """The layer table of rl_notes, checked on every module's AST (imports inside functions included).
 
-| layer | modules | may import |
-|---|---|---|
-| L0 | core, rope | torch, the standard library |
-| L1 | ppo, grpo, dapo, vapo, dpo, family, offpolicy (in that order) | L0, earlier L1; torch only among third-party packages; no file I/O |
-| L2 | data, tasks, rollout, checkpoint, models (in that order) | L0-L1, earlier L2, transformers, tokenizers, datasets, safetensors, numpy, tqdm, math_verify, peft |
-| L3 | trainer, preference, control, fingerprint, lab | L0-L2, accelerate, numpy, tqdm, gymnasium, matplotlib, safetensors (weight files), peft, tensorboard, trackio; fingerprint may import trainer, lab trainer and fingerprint, nothing else within L3 |
-| L4 | analysis, doctor, cli (in that order) | cli: anything; analysis and doctor: the standard library, numpy and matplotlib, no torch (training never depends on them) |
+The table is the one in README ("Map of the notebooks", from nbs/index.ipynb): its rows give each module's layer and
+order (a module may import the modules of earlier rows in its layer), and the table above it what third-party
+packages each layer may import. Within L3 the loops (rows labelled "L3 loops") do not import each other; the rows after
+them (the lab) may import any earlier L3 module.
 
 No file I/O in L1 means: none of os, io, json, shutil, pathlib, safetensors is imported, and `open(` is never called.
 An import inside a function or class is allowed only for a heavy third-party package (`HEAVY`), with a one-line reason
 as a comment on the same line; the command line (L4) may also import torch and rl_notes modules lazily (with a reason),
-so that `rl_notes --help` does not load torch. A module that is not in the table fails too: a new module needs a layer.
+so that `rl_notes --help` does not load torch. A module that is not in the table fails too: a new module needs a row.
 """
-import ast, io, sys, tokenize
+import ast, io, json, re, sys, tokenize
 from pathlib import Path
 
 import pytest
 
 PKG = "rl_notes"
-SRC = Path(__file__).resolve().parents[1] / PKG
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / PKG
+INDEX = ROOT / "nbs" / "index.ipynb"
 
-LAYERS = {  # layer -> modules, in the order in which later modules may import earlier ones
-    0: ["core", "rope"],
-    1: ["ppo", "grpo", "dapo", "vapo", "dpo", "family", "offpolicy"],
-    2: ["data", "tasks", "rollout", "checkpoint", "models"],
-    3: ["trainer", "preference", "control", "fingerprint", "lab"],
-    4: ["analysis", "doctor", "cli"],
-}
-THIRD_PARTY = {  # third-party packages each layer may import (the standard library is allowed everywhere)
-    0: {"torch"},
-    1: {"torch"},
-    2: {"torch", "transformers", "tokenizers", "datasets", "safetensors", "numpy", "tqdm", "math_verify", "peft"},
-    3: {"torch", "accelerate", "numpy", "tqdm", "gymnasium", "matplotlib", "safetensors", "peft", "tensorboard", "trackio"},
-    4: None,  # anything
-}
+
+def _map_text() -> str:
+    "The markdown of the index's 'Map of the notebooks' section."
+    for c in json.loads(INDEX.read_text(encoding="utf-8"))["cells"]:
+        src = "".join(c["source"])
+        if c["cell_type"] == "markdown" and src.startswith("## Map of the notebooks"): return src
+    raise AssertionError(f"{INDEX}: no markdown cell starting with '## Map of the notebooks'")
+
+
+def _rows(text:str, header:str) -> list[list[str]]:
+    "The cells of the markdown table whose header line starts with `header` (the separator line skipped)."
+    lines = text.splitlines()
+    start = next(i for i, l in enumerate(lines) if l.startswith(header))
+    out = []
+    for l in lines[start + 2:]:
+        if not l.startswith("|"): break
+        out.append([c.strip() for c in l.strip().strip("|").split("|")])
+    return out
+
+
+def read_tables(text:str|None=None):
+    "(layers: layer -> modules in row order, groups: module -> its layer label, third_party: layer -> allowed packages or None)."
+    text = _map_text() if text is None else text
+    layers, groups = {}, {}
+    for row in _rows(text, "| layer | notebook | module |"):
+        m = re.fullmatch(r"`rl_notes\.(\w+)`", row[2])
+        if not m: continue                                     # a notebook without a module (experiments, guide)
+        level = int(re.match(r"L(\d)", row[0]).group(1))
+        layers.setdefault(level, []).append(m.group(1)); groups[m.group(1)] = row[0]
+    third = {}
+    for row in _rows(text, "| layer | may import"):
+        level = int(row[0][1:])
+        third[level] = None if row[1] == "anything" else set(re.findall(r"`([\w.]+)`", row[1].split(";")[0]))
+    return layers, groups, third
+
+
+LAYERS, GROUP, THIRD_PARTY = read_tables()
 NO_FILE_IO = {1: {"os", "io", "json", "shutil", "pathlib", "safetensors"}}  # modules an L1 module may not import
-SAME_LAYER = {3: {"fingerprint": {"trainer"}, "lab": {"trainer", "fingerprint"}}}  # L3: only these imports within the layer (the fingerprint runs trainer micro runs, lab runs trainer jobs keyed by the fingerprint)
-# modules held to less than their layer allows: (third-party packages, rl_notes modules) they may import
-ONLY = {"analysis": ({"numpy", "matplotlib"}, set())}  # run analysis: reads metrics.jsonl, imports nothing of training
+INDEPENDENT = {"L3 loops"}  # rows with this label do not import each other (each loop stands alone)
 HEAVY = {"transformers", "datasets", "accelerate", "gymnasium", "matplotlib", "trl", "peft", "math_verify", "trackio", "tensorboard",
          "torch.utils.tensorboard"}  # top-level packages, or a dotted module (that module and its submodules)
 LAZY_L4 = {"torch", PKG}  # the CLI imports these inside its commands so that `--help` stays fast
+# modules held to less than their layer allows: (third-party packages, rl_notes modules) they may import
+ONLY = {"analysis": ({"numpy", "matplotlib"}, set()),  # run analysis: reads metrics.jsonl, imports nothing of training
+        "doctor": ({"numpy", "matplotlib"}, set())}   # reads a run's logs (rl_notes, TRL, verl): no torch, no training code
 EXEMPT = {"__init__", "_modidx"}  # nbdev's package files
 
 LAYER_OF = {m: l for l, ms in LAYERS.items() for m in ms}
@@ -98,10 +121,8 @@ def _rule(mod: str, target: str):
         dl = LAYER_OF[dep]
         if layer == 4 or dl < layer: return None
         if dl > layer: return f"{mod} (L{layer}) may not import {PKG}.{dep} (L{dl}, a higher layer)"
-        allowed = SAME_LAYER.get(layer)
-        if allowed is not None:
-            if dep in allowed.get(mod, set()): return None
-            return f"{mod} (L{layer}) may not import {PKG}.{dep}: within L{layer} only {dict(allowed)} are allowed"
+        if GROUP[mod] == GROUP[dep] and GROUP[mod] in INDEPENDENT:
+            return f"{mod} may not import {PKG}.{dep}: the rows labelled {GROUP[mod]!r} do not import each other"
         if ORDER[dep] < ORDER[mod]: return None
         return f"{mod} (L{layer}) may import only earlier L{layer} modules {LAYERS[layer][:ORDER[mod]]}, not {PKG}.{dep}"
     if top in NO_FILE_IO.get(layer, set()):
@@ -119,7 +140,7 @@ def violations(mod: str) -> list[str]:
     tree = ast.parse(source, filename=str(path))
     lines, comments = source.splitlines(), _comments(source)
     where = lambda node: f"{PKG}/{mod}.py:{node.lineno}: `{lines[node.lineno - 1].strip()}`"
-    if mod not in LAYER_OF: return [f"{PKG}/{mod}.py: module `{mod}` is not in the layer table (tests/test_layers.py LAYERS)"]
+    if mod not in LAYER_OF: return [f"{PKG}/{mod}.py: module `{mod}` is not in the layer table (nbs/index.ipynb, 'Map of the notebooks')"]
     out = []
     for node, target, nested in _imports(tree, mod):
         why = _rule(mod, target)
@@ -177,15 +198,41 @@ def test_checker_catches_each_kind_of_violation(tmp_path, monkeypatch):
     assert _check("trainer", "def f():\n    from torch.utils.tensorboard import W  # heavy: loads tensorboard\n", tmp_path, monkeypatch) == []
     assert "only heavy third-party" in _check("trainer", "def f():\n    from torch.utils.data import D  # lazy\n", tmp_path, monkeypatch)[0]
     assert _check("lab", "from .trainer import train\n", tmp_path, monkeypatch) == []
-    assert "within L3 only" in _check("trainer", "from .lab import lab_runs\n", tmp_path, monkeypatch)[0]
+    assert "may import only earlier L3 modules" in _check("trainer", "from .lab import lab_runs\n", tmp_path, monkeypatch)[0]
+    assert "'L3 loops' do not import each other" in _check("trainer", "from .sft import sft_train\n", tmp_path, monkeypatch)[0]
+    assert _check("lab", "from .sft import sft_train\nfrom .preference import train_dpo\n", tmp_path, monkeypatch) == []
+    assert "may import only earlier L2 modules" in _check("models", "from .rollout import evaluate\n", tmp_path, monkeypatch)[0]
+    assert _check("rundir", "from .checkpoint import save_checkpoint\nfrom .configs import validate_config\n", tmp_path, monkeypatch) == []
     assert _check("cli", "import os\nfrom .trainer import train\nimport yaml\n", tmp_path, monkeypatch) == []
     assert _check("cli", "def f():\n    from rl_notes.trainer import train  # heavy: loads torch\n", tmp_path, monkeypatch) == []
     assert "needs a one-line reason" in _check("cli", "def f():\n    import torch\n", tmp_path, monkeypatch)[0]
     assert "only heavy third-party" in _check("cli", "def f():\n    import json\n", tmp_path, monkeypatch)[0]
-    assert "not in the layer table" in _check("lab", "from .newthing import x\n", tmp_path, monkeypatch)[0]
     assert _check("analysis", "import json\nimport numpy as np\ndef f():\n    import matplotlib  # heavy: plots only\n", tmp_path, monkeypatch) == []
     assert "may import no rl_notes module" in _check("analysis", "from .checkpoint import MetricsLog\n", tmp_path, monkeypatch)[0]
-    assert "only ['matplotlib', 'numpy'] among third-party" in _check("analysis", "import torch\n", tmp_path, monkeypatch)[0]
+    assert "only ['matplotlib', 'numpy'] among third-party" in _check("doctor", "import torch\n", tmp_path, monkeypatch)[0]
     assert "a higher layer" in _check("lab", "from .analysis import curves\n", tmp_path, monkeypatch)[0]
+    assert "not in the layer table" in _check("lab", "from .newthing import x\n", tmp_path, monkeypatch)[0]
     (tmp_path / "newthing.py").write_text("")
     assert "module `newthing` is not in the layer table" in violations("newthing")[0]
+
+
+# ---- the table itself: one table, in README and in this test
+
+def test_table_is_the_readme_table():
+    "README.md is generated from nbs/index.ipynb; the map this test reads is in it word for word."
+    readme, lines = (ROOT / "README.md").read_text(encoding="utf-8"), _map_text().splitlines()
+    tables = [l for l in lines if l.startswith("|")]
+    missing = [l for l in tables if l not in readme.splitlines()]
+    assert len(tables) >= 2 + len(LAYER_OF) and not missing, f"README.md's map differs from nbs/index.ipynb's (run `python .ci/readme.py`): {missing[:3]}"
+
+
+def test_table_reader():
+    layers, groups, third = read_tables()
+    assert layers[0] == ["core", "rope"] and layers[4][-1] == "cli"
+    assert layers[2][:4] == ["configs", "data", "tasks", "models"] and groups["sft"] == "L3 loops" and groups["lab"] == "L3 lab"
+    assert third[0] == {"torch"} and third[4] is None and "transformers" in third[2] and "os" not in third[1]
+    # a new module is a new row: here one between the loops and the lab
+    text = _map_text().replace("| L3 lab | `17_lab` |", "| L3 lab | `16a_new` | `rl_notes.newmod` | a new room |\n| L3 lab | `17_lab` |")
+    layers, groups, _ = read_tables(text)
+    assert layers[3][-2:] == ["newmod", "lab"] and groups["newmod"] == "L3 lab"
+    assert len(LAYER_OF) == sum(map(len, LAYERS.values())), "a module is listed twice in the map"

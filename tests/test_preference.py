@@ -1,9 +1,10 @@
-"rl_notes.preference: DPOConfig validation; train_dpo's checkpoints through rl_notes.checkpoint (exact resume, a kill between the swap's renames, damage, lock, overwrite)."
+"rl_notes.preference: DPOConfig validation; train_dpo's run directory (rl_notes.rundir) and checkpoints (exact resume, a kill between the swap's renames, damage, lock, overwrite)."
 import json, math, os, subprocess, sys
 import pytest
 import torch
 from rl_notes.preference import train_dpo, DPOConfig
-from rl_notes.checkpoint import CheckpointError, ConfigError, RunLock
+from rl_notes.configs import ConfigError
+from rl_notes.checkpoint import CheckpointError
 
 torch.set_num_threads(1)
 
@@ -16,10 +17,11 @@ def _pairs(n, seed):
 
 PAIRS = _pairs(10, 0)
 KW = dict(batch_size=4, lr=1e-2, eval_every=2, probe=4, save_every=2, nll_coef=0.5)
+def C(steps): return DPOConfig(steps=steps, **KW)
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory, tiny_lm):
-    a = tiny_lm(); h = train_dpo(a, None, PAIRS, 7, out_dir=str(tmp_path_factory.mktemp("full") / "a"), **KW)
+    a = tiny_lm(); h = train_dpo(a, None, PAIRS, C(7), out_dir=str(tmp_path_factory.mktemp("full") / "a"))
     return h, [p.detach().clone() for p in a.parameters()]
 
 def _same(model, params): return all(torch.equal(p, q) for p, q in zip(model.parameters(), params))
@@ -38,18 +40,19 @@ def _same(model, params): return all(torch.equal(p, q) for p, q in zip(model.par
 ])
 def test_dpo_config_errors(kw, msg, tiny_lm):
     with pytest.raises(ConfigError, match=msg.replace("(", r"\(").replace(")", r"\)")): DPOConfig(**kw)
-    with pytest.raises(ValueError, match="DPOConfig"): train_dpo(tiny_lm(), None, PAIRS, **{"steps": 2, **kw})
+    with pytest.raises(ValueError, match="must be a DPOConfig"): train_dpo(tiny_lm(), None, PAIRS, {"steps": 2, **kw})   # a dict is not a config
+    with pytest.raises(TypeError, match="unexpected keyword"): train_dpo(tiny_lm(), None, PAIRS, DPOConfig(), **kw)   # one way to configure it
 
 def test_split_run_equals_uninterrupted(tmp_path, uninterrupted, tiny_lm):
     ha, pa = uninterrupted
-    b = tiny_lm(); train_dpo(b, None, PAIRS, 4, out_dir=str(tmp_path / "b"), **KW)
-    b = tiny_lm(); hb = train_dpo(b, None, PAIRS, 7, out_dir=str(tmp_path / "b"), **KW)
+    b = tiny_lm(); train_dpo(b, None, PAIRS, C(4), out_dir=str(tmp_path / "b"))
+    b = tiny_lm(); hb = train_dpo(b, None, PAIRS, C(7), out_dir=str(tmp_path / "b"))
     assert hb == ha and _same(b, pa)
     st = json.loads((tmp_path / "b" / "ckpt" / "state.json").read_text())
     assert st["step"] == 7 and sorted(st["files"]) == ["optim_policy.safetensors", "policy.safetensors", "ref_logps.safetensors", "rng_0.json"]
     assert json.loads((tmp_path / "b" / "done.json").read_text())["steps"] == 7
-    with pytest.raises(ValueError, match="different run"): train_dpo(tiny_lm(), None, PAIRS[:9], 7, out_dir=str(tmp_path / "b"), **KW)
-    c = tiny_lm(); assert train_dpo(c, None, PAIRS, 7, out_dir=str(tmp_path / "b"), **KW) == ha and _same(c, pa)   # finished: loads
+    with pytest.raises(ValueError, match="different run"): train_dpo(tiny_lm(), None, PAIRS[:9], C(7), out_dir=str(tmp_path / "b"))
+    c = tiny_lm(); assert train_dpo(c, None, PAIRS, C(7), out_dir=str(tmp_path / "b")) == ha and _same(c, pa)   # finished: loads
 
 def test_kill_between_renames_then_resume(tmp_path, monkeypatch, uninterrupted, tiny_lm):
     ha, pa = uninterrupted
@@ -59,49 +62,49 @@ def test_kill_between_renames_then_resume(tmp_path, monkeypatch, uninterrupted, 
         if str(a).endswith("ckpt"): seen.append(a)
         real(a, b)
     monkeypatch.setattr(os, "replace", replace)
-    with pytest.raises(KeyboardInterrupt): train_dpo(tiny_lm(), None, PAIRS, 7, out_dir=str(tmp_path / "k"), **KW)
+    with pytest.raises(KeyboardInterrupt): train_dpo(tiny_lm(), None, PAIRS, C(7), out_dir=str(tmp_path / "k"))
     monkeypatch.undo()
     assert sorted(os.listdir(tmp_path / "k")) == ["ckpt.old", "ckpt.tmp", "metrics.jsonl"]       # no ckpt/, no lock
     k = tiny_lm()
-    with pytest.warns(UserWarning, match="recovered"): hk = train_dpo(k, None, PAIRS, 7, out_dir=str(tmp_path / "k"), **KW)
+    with pytest.warns(UserWarning, match="recovered"): hk = train_dpo(k, None, PAIRS, C(7), out_dir=str(tmp_path / "k"))
     assert hk == ha and _same(k, pa)
 
 def test_partial_metrics_line_after_kill(tmp_path, uninterrupted, tiny_lm):
     ha, pa = uninterrupted
-    train_dpo(tiny_lm(), None, PAIRS, 4, out_dir=str(tmp_path / "p"), **KW)
+    train_dpo(tiny_lm(), None, PAIRS, C(4), out_dir=str(tmp_path / "p"))
     with open(tmp_path / "p" / "metrics.jsonl", "a") as f: f.write('{"step": 5, "dpo_l')          # killed mid-append
     p = tiny_lm()
-    with pytest.warns(UserWarning, match="partial last line"): hp = train_dpo(p, None, PAIRS, 7, out_dir=str(tmp_path / "p"), **KW)
+    with pytest.warns(UserWarning, match="partial last line"): hp = train_dpo(p, None, PAIRS, C(7), out_dir=str(tmp_path / "p"))
     assert hp == ha and _same(p, pa)
     assert [json.loads(l) for l in open(tmp_path / "p" / "metrics.jsonl")] == ha
 
 def test_damaged_checkpoint_is_refused(tmp_path, tiny_lm):
-    train_dpo(tiny_lm(), None, PAIRS, 4, out_dir=str(tmp_path / "d"), **KW)
+    train_dpo(tiny_lm(), None, PAIRS, C(4), out_dir=str(tmp_path / "d"))
     w = tmp_path / "d" / "ckpt" / "policy.safetensors"
     data = w.read_bytes(); w.write_bytes(data[:-32] + os.urandom(32))
-    with pytest.raises(CheckpointError, match=r"cannot read policy .*corrupt"): train_dpo(tiny_lm(), None, PAIRS, 7, out_dir=str(tmp_path / "d"), **KW)
+    with pytest.raises(CheckpointError, match=r"cannot read policy .*corrupt"): train_dpo(tiny_lm(), None, PAIRS, C(7), out_dir=str(tmp_path / "d"))
     w.write_bytes(data)
     (tmp_path / "d" / "ckpt" / "ref_logps.safetensors").write_bytes(b"junk")
-    with pytest.raises(CheckpointError, match="cannot read ref_logps"): train_dpo(tiny_lm(), None, PAIRS, 7, out_dir=str(tmp_path / "d"), **KW)
+    with pytest.raises(CheckpointError, match="cannot read ref_logps"): train_dpo(tiny_lm(), None, PAIRS, C(7), out_dir=str(tmp_path / "d"))
     st = json.loads((tmp_path / "d" / "ckpt" / "state.json").read_text()); st["step"] = -3
     (tmp_path / "d" / "ckpt" / "state.json").write_text(json.dumps(st))
-    with pytest.raises(CheckpointError, match="field `step` must be an int >= 0, got -3"): train_dpo(tiny_lm(), None, PAIRS, 7, out_dir=str(tmp_path / "d"), **KW)
+    with pytest.raises(CheckpointError, match="field `step` must be an int >= 0, got -3"): train_dpo(tiny_lm(), None, PAIRS, C(7), out_dir=str(tmp_path / "d"))
     with pytest.raises(CheckpointError, match="beyond `steps`"):
         st["step"] = 9; (tmp_path / "d" / "ckpt" / "state.json").write_text(json.dumps(st))
-        train_dpo(tiny_lm(), None, PAIRS, 7, out_dir=str(tmp_path / "d"), **KW)
+        train_dpo(tiny_lm(), None, PAIRS, C(7), out_dir=str(tmp_path / "d"))
 
 def test_lock_and_overwrite(tmp_path, uninterrupted, tiny_lm):
     ha, _ = uninterrupted
     out = tmp_path / "o"
-    child = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom rl_notes.checkpoint import RunLock\n"
+    child = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom rl_notes.rundir import RunLock\n"
                               "with RunLock(sys.argv[1]): print('locked', flush=True); time.sleep(120)", str(out)],
                              stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout.readline().strip() == "locked"
-        with pytest.raises(CheckpointError, match=f"is in use by process {child.pid}"): train_dpo(tiny_lm(), None, PAIRS, 3, out_dir=str(out), **KW)
+        with pytest.raises(CheckpointError, match=f"is in use by process {child.pid}"): train_dpo(tiny_lm(), None, PAIRS, C(3), out_dir=str(out))
     finally: child.kill(); child.wait()
-    train_dpo(tiny_lm(), None, PAIRS, 3, out_dir=str(out), **KW)                                 # the dead owner's lock is stale
+    train_dpo(tiny_lm(), None, PAIRS, C(3), out_dir=str(out))                                 # the dead owner's lock is stale
     with pytest.raises(CheckpointError, match=r"holds a previous run .*overwrite=True"):
-        train_dpo(tiny_lm(), None, PAIRS, 7, out_dir=str(out), resume=False, **KW)
-    assert train_dpo(tiny_lm(), None, PAIRS, 7, out_dir=str(out), overwrite=True, **KW) == ha
+        train_dpo(tiny_lm(), None, PAIRS, C(7), out_dir=str(out), resume=False)
+    assert train_dpo(tiny_lm(), None, PAIRS, C(7), out_dir=str(out), overwrite=True) == ha
     assert not (out / ".lock").exists()

@@ -4,17 +4,18 @@ import numpy as np, pytest, torch
 from hypothesis import given, settings, strategies as st
 from rl_notes.trainer import (TrainConfig, Algo, train, get_algo, setup, Meter, TrainingDiverged, PRESETS, ADVANTAGE_ESTIMATORS,
                               POLICY_LOSSES, RUN_CONTROL)
-from rl_notes.checkpoint import (CheckpointError, ConfigError, MetricsLog, RunLock, read_state, rng_state, set_rng_state,
-                                 optim_to_safetensors, optim_from_safetensors)
+from rl_notes.configs import ConfigError
+from rl_notes.rundir import MetricsLog, RunLock
+from rl_notes.checkpoint import CheckpointError, read_state, rng_state, set_rng_state, optim_to_safetensors, optim_from_safetensors
 from rl_notes.ppo import terminal_rewards
 
 @pytest.fixture(scope="module")
 def micro(tmp_path_factory):
     "A 1-layer width-32 Llama after 60 SFT steps on 1-2 digit addition (seconds; cached per test session)."
-    from rl_notes.models import sft_warm_start
+    from rl_notes.lab import sft_warm_start, SFTConfig
     d = tmp_path_factory.mktemp("sft")
-    return str(sft_warm_start("addition", model_cfg=dict(hidden_size=32, num_layers=1, heads=2), steps=60, batch_size=32,
-                              eval_n=0, n_train=2000, cache_dir=d, progress=False, max_digits=2, scratchpad=False))
+    return str(sft_warm_start("addition", SFTConfig(model_cfg=dict(hidden_size=32, num_layers=1, heads=2), steps=60, batch_size=32,
+                                                    eval_n=0, n_train=2000), cache_dir=d, progress=False, max_digits=2, scratchpad=False))
 
 def small(micro, **kw):
     return dict(dict(model=micro, task_kw=dict(max_digits=2, scratchpad=False), steps=5, n_prompts=4, group_size=4, max_new_tokens=3,
