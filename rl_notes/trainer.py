@@ -492,10 +492,12 @@ def _models(cfg:TrainConfig, acc) -> dict:
         for m in (policy, critic):
             if m is not None and hasattr(m, "activation_checkpointing_enable"): enable_gradient_checkpointing(m)   # a transformers model (not the critic's ValueModel)
     params = [p for p in policy.parameters() if p.requires_grad]   # all of them, or LoRA's adapters
-    policy, opt = acc.prepare(policy, torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay))
+    # foreach=True: one C++ call per update op instead of a Python loop over tensors (the default on CUDA; on the CPU the same
+    # per-tensor kernels, so the weights are bit-identical)
+    policy, opt = acc.prepare(policy, torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, foreach=True))
     copt = None
     if critic is not None:
-        critic, copt = acc.prepare(critic, torch.optim.AdamW(critic.parameters(), lr=cfg.critic_lr, weight_decay=cfg.weight_decay))
+        critic, copt = acc.prepare(critic, torch.optim.AdamW(critic.parameters(), lr=cfg.critic_lr, weight_decay=cfg.weight_decay, foreach=True))
     return dict(policy=policy, opt=opt, ref=ref, critic=critic, copt=copt, tok=tok)
 
 # %% ../nbs/14_trainer.ipynb #7edcd7d4

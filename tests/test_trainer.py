@@ -207,6 +207,21 @@ def test_optimizer_and_rng_roundtrip():
     set_rng_state(s)
     assert (random.random(), np.random.rand(), torch.rand(1).item()) == a
 
+def test_foreach_adamw_is_bit_identical(micro, tmp_path):
+    "The run's AdamW takes foreach=True (one C++ call per update op); on the CPU it runs the same per-tensor kernels: equal weights."
+    from rl_notes.models import load_model
+    from rl_notes.rollout import generate, response_logprobs
+    with setup(TrainConfig(out_dir=str(tmp_path / "r"), **small(micro, algo="ppo"))) as run:
+        assert run.opt.param_groups[0]["foreach"] is True and run.copt.param_groups[0]["foreach"] is True
+    (m1, tok), (m2, _) = load_model(micro), load_model(micro)
+    ro = generate(m1, tok, ["1+2=", "34+5="], group_size=2, max_new_tokens=4, seed=0)
+    o1, o2 = torch.optim.AdamW(m1.parameters(), lr=1e-2, weight_decay=0.1), torch.optim.AdamW(m2.parameters(), lr=1e-2, weight_decay=0.1, foreach=True)
+    for _ in range(3):
+        for m, o in ((m1, o1), (m2, o2)):
+            (-response_logprobs(m, ro).sum()).backward(); o.step(); o.zero_grad(set_to_none=True)
+    assert all(torch.equal(a, b) for a, b in zip(m1.parameters(), m2.parameters()))
+    assert not torch.equal(next(m1.parameters()), next(load_model(micro)[0].parameters()))   # the steps did change the weights
+
 def test_terminal_rewards():
     m = torch.tensor([[1, 1, 0], [0, 0, 0], [1, 1, 1]])
     assert terminal_rewards(torch.tensor([1., 5., 2.]), m).tolist() == [[0, 1, 0], [0, 0, 0], [0, 0, 2]]
