@@ -53,8 +53,9 @@ def main():
     a = ap.parse_args()
     if a.child: return child(a.child[0], a.child[1], int(a.child[2]), a.child[3])
     sys.path.insert(0, ROOT)
-    from rl_notes.models import sft_warm_start
-    model = a.model or str(sft_warm_start("countdown", progress=False, **CD_SFT, **CD_TASK))
+    from rl_notes.lab import sft_warm_start
+    from rl_notes.sft import SFTConfig
+    model = a.model or str(sft_warm_start("countdown", SFTConfig(**CD_SFT), progress=False, **CD_TASK))
     t_start = time.time()
     with tempfile.TemporaryDirectory() as tmp:
         trees = {"old": old_tree(a.old, os.path.join(tmp, "old")), "new": ROOT}
