@@ -46,18 +46,9 @@ trl_grpo = pytest.importorskip("trl.trainer.grpo_trainer")
 
 
 def _trl_is_ratio(train_logp, sampling_logp, mask, mode, clip_min, clip_max):
-    "TRL 1.16 trl/trainer/grpo_trainer.py lines 2660-2706 (`_generate_and_score_completions`), restated."
-    per_token_logps_diff = torch.nan_to_num((train_logp - sampling_logp) * mask, nan=0.0)
-    if mode in ["sequence_mask", "sequence_truncate"]:
-        logps_diff = per_token_logps_diff.sum(dim=-1, keepdim=True)
-    else:
-        logps_diff = per_token_logps_diff
-    ratio = torch.exp(logps_diff)
-    if mode in ["sequence_truncate", "token_truncate"]:
-        return torch.clamp(ratio, min=clip_min, max=clip_max)
-    min_val = clip_min if clip_min is not None else -math.inf
-    max_val = clip_max if clip_max is not None else math.inf
-    return ratio.masked_fill((ratio < min_val) | (ratio > max_val), value=0.0)
+    "TRL 1.16's importance-sampling correction, as restated once in tests/test_family.py (note the argument order)."
+    from test_family import _trl_is_weights  # the one restatement of TRL's code (pytest puts tests/ on sys.path)
+    return _trl_is_weights(train_logp, sampling_logp, mask, mode, clip_max, clip_min)
 
 
 @pytest.mark.parametrize("level", ["token", "sequence"])
