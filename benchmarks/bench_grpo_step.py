@@ -9,6 +9,10 @@ TRL/ours ratios. Both sides: no KL term (beta 0), one generation and one optimiz
 import argparse, os, platform, statistics, subprocess, tempfile, time
 import torch
 
+# TRL's GRPOConfig defaults to bf16 autocast and gradient checkpointing; rl_notes' step runs float32 without
+# checkpointing, so the TRL side of the comparison does the same arithmetic (a GPU run may pass others in `trl_kw`)
+TRL_LIKE_US = dict(bf16=False, gradient_checkpointing=False)
+
 def cpu_name():
     try: return [l.split(":", 1)[1].strip() for l in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines() if l.startswith("Model name")][0]
     except Exception: return platform.processor() or platform.machine()
@@ -46,7 +50,8 @@ def trl(model_dir, task, a, tmp):
     cfg = GRPOConfig(output_dir=os.path.join(tmp, "trl"), per_device_train_batch_size=a.n_prompts * a.G, num_generations=a.G,
                      max_completion_length=a.max_new_tokens, learning_rate=1e-4, beta=0.0, loss_type="grpo", temperature=1.0,
                      max_steps=a.warmup + a.steps, logging_steps=1, report_to="none", use_cpu=getattr(a, "use_cpu", True), save_strategy="no",
-                     shuffle_dataset=False, seed=0, disable_tqdm=True, dataloader_num_workers=0, **getattr(a, "trl_kw", {}))
+                     shuffle_dataset=False, seed=0, disable_tqdm=True, dataloader_num_workers=0,
+                     **{**TRL_LIKE_US, **getattr(a, "trl_kw", {})})
     tr = GRPOTrainer(model=model, reward_funcs=correct, args=cfg, train_dataset=ds, processing_class=tok, callbacks=[clock])
     tr.train()
     lens = [l["completions/mean_length"] for l in clock.logs if "completions/mean_length" in l]
