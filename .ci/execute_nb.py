@@ -1,6 +1,6 @@
 """Execute notebooks in place and keep their outputs (images included), as the docs site renders them.
 
-    python .ci/execute_nb.py nbs/04_dapo.ipynb [more.ipynb ...] [--flags slow]
+    python .ci/execute_nb.py nbs/04_dapo.ipynb [more.ipynb ...] [--flags slow [--cells 58,60]]
 
 Cells flagged `#| slow` / `#| gpu` / `#| notest` are skipped unless their flag is passed with --flags; a skipped
 cell keeps the outputs it has. The kernel is execnb's CaptureShell with matplotlib's inline backend (PNG), the
@@ -17,7 +17,7 @@ from execnb.shell import CaptureShell
 FLAG = re.compile(r"^#\|\s*(slow|gpu|notest)\b", re.M)
 
 
-def run(path:Path, flags:set) -> None:
+def run(path:Path, flags:set, cells:set|None=None) -> None:
     path = path.resolve()
     nb = read_nb(path)
     os.chdir(path.parent)  # as nbdev_test runs a notebook: in its own folder
@@ -27,6 +27,7 @@ def run(path:Path, flags:set) -> None:
         if c.cell_type != "code": continue
         fl = set(FLAG.findall(c.source))
         if fl - flags: continue
+        if fl and cells is not None and i not in cells: continue  # a flagged cell not asked for keeps its outputs
         shell.cell(c)
         ran += 1
         if shell.exc:
@@ -40,5 +41,6 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("nbs", nargs="+", type=Path)
     ap.add_argument("--flags", default="", help="comma-separated flags whose cells also run (slow,gpu)")
+    ap.add_argument("--cells", default=None, help="comma-separated indices: of the flagged cells, run only these")
     a = ap.parse_args()
-    for p in [q.resolve() for q in a.nbs]: run(p, {f for f in a.flags.split(",") if f})
+    for p in [q.resolve() for q in a.nbs]: run(p, {f for f in a.flags.split(",") if f}, {int(x) for x in a.cells.split(",")} if a.cells else None)
