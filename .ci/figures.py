@@ -3,8 +3,8 @@
 
 A cell draws when it calls matplotlib at top level (outside any def or class body): `plt.show/subplots/figure/...`, or
 `.plot/.imshow/.bar/.hist/.scatter/...` on an axis; or when it calls a function the notebook defines that does. `#| gpu` cells are exempt. Exit status 1 when some cell lacks its
-image. Execute a notebook with `python .ci/execute_nb.py nbs/X.ipynb [--flags slow]` to store its figures. Once every
-such cell holds an image, this check belongs in `make test` (a test that fails on a missing figure).
+image. Execute a notebook with `python .ci/execute_nb.py nbs/X.ipynb [--flags slow]` to store its figures.
+`tests/test_figures.py` runs the same check in `make test`.
 """
 import ast, json, re, sys
 from pathlib import Path
