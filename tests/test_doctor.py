@@ -190,6 +190,11 @@ CASES = {
     "held-out flat": (dict(acc=ramp(0.2, 0.7), heldout_acc=ramp(0.3, 0.31, 5)), ["heldout_gap:present"]),
     "held-out lags": (dict(acc=ramp(0.2, 0.7), heldout_acc=ramp(0.3, 0.45, 5)), ["heldout_gap:borderline"]),
     "held-out follows": (dict(acc=ramp(0.2, 0.7), heldout_acc=ramp(0.3, 0.6, 5)), []),
+    "held-out falls": (dict(heldout_acc=ramp(0.5, 0.0, 4)), ["heldout_drop:present"]),
+    "held-out falls borderline": (dict(heldout_acc=ramp(0.5, 0.43, 4)), ["heldout_drop:borderline"]),
+    "held-out dips within noise": (dict(heldout_acc=ramp(0.5, 0.47, 4)), []),
+    "held-out rises": (dict(heldout_acc=ramp(0.5, 0.6, 4)), []),
+    "small held-out reward falls by less than 20%": (dict(heldout_reward=ramp(2.0, 1.75, 4)), ["heldout_drop:borderline"]),
     "mismatch": (dict(mismatch_logp=ramp(0.06, 0.08)), ["mismatch:present"]),
     "mismatch borderline": (dict(mismatch_logp=ramp(0.03, 0.03)), ["mismatch:borderline"]),
     "mismatch kl": (dict(mismatch_kl=ramp(0.002, 0.003)), ["mismatch:present"]),
@@ -215,6 +220,17 @@ def test_finding_fields_and_pass_k():
 def test_too_few_points_is_said_not_passed():
     _, clean, skipped = _run_checks(series(entropy=ramp(1.0, 0.1, n=5)))
     assert skipped["entropy"] == "5 points, needs 8" and "entropy" not in clean
+
+
+def test_heldout_drop_sees_a_break_in_the_first_steps():
+    "A policy broken at step 2: every window check starts after the break; the held-out fall from step 0 names it."
+    x = np.arange(0.0, 61.0)
+    acc = np.r_[0.41, np.zeros(60)]; ent = np.r_[0.16, np.full(60, 0.72)]
+    s = {"acc": (x[1:], acc[:60]), "entropy": (x[1:], ent[:60]), "heldout_acc": (np.array([0.0, 20, 40, 60]), np.array([0.53, 0, 0, 0]))}
+    (f,), clean, _ = _run_checks(s)
+    assert f.key == "heldout_drop" and f.status == "present" and f.confidence == "high" and "entropy" in clean
+    assert f.numbers["drop"] == 0.53 and "training acc 0.41 (step 1) -> median 0" in f.evidence and f.spans == [(0, 0), (60, 60)]
+    assert f.metrics == ["heldout_acc", "acc"] and "14_trainer" in f.section
 
 
 def test_wrong_answers_growing_faster():
