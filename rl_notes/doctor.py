@@ -540,8 +540,10 @@ def dashboard(r:Report, path:str|Path|None=None,  # write a PNG here; None: only
             other = j and m.split("_")[0] != mets[0].split("_")[0] and max(scale(m), scale(mets[0])) > 10 * min(scale(m), scale(mets[0]))
             if other and twin is None: twin = ax.twinx(); twin.tick_params(labelsize=7)
             (twin if other else ax).plot(*r.series[m], marker="." if len(r.series[m][0]) < 30 else None, label=m, color=f"C{j}")
-        for k, sp in enumerate(spans):   # the windows the evidence compares: early grey, late (or only) red
-            ax.axvspan(sp[0], sp[1], color="tab:red" if k == len(spans) - 1 else "grey", alpha=0.15, lw=0)
+        for k, sp in enumerate(spans):   # the windows the evidence compares: early grey, late (or only) red; one point: a line
+            c = "tab:red" if k == len(spans) - 1 else "grey"
+            if sp[0] == sp[1]: ax.axvline(sp[0], color=c, alpha=0.4, lw=3)
+            else: ax.axvspan(sp[0], sp[1], color=c, alpha=0.15, lw=0)
         ax.set_title(title, fontsize=9); ax.set_xlabel("step", fontsize=8); ax.tick_params(labelsize=7)
         hs = ax.get_legend_handles_labels()[0] + (twin.get_legend_handles_labels()[0] if twin else [])
         ax.legend(handles=hs, fontsize=7)

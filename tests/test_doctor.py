@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rl_notes.doctor import DoctorError, _run_checks, diagnose, format_report, dashboard, main, read_log, to_series, T
+from rl_notes.doctor import DoctorError, Report, _run_checks, diagnose, format_report, dashboard, main, read_log, to_series, T
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
@@ -231,6 +231,8 @@ def test_heldout_drop_sees_a_break_in_the_first_steps():
     assert f.key == "heldout_drop" and f.status == "present" and f.confidence == "high" and "entropy" in clean
     assert f.numbers["drop"] == 0.53 and "training acc 0.41 (step 1) -> median 0" in f.evidence and f.spans == [(0, 0), (60, 60)]
     assert f.metrics == ["heldout_acc", "acc"] and "14_trainer" in f.section
+    ax = dashboard(Report("x", "csv", 61, (0, 60), sorted(s), [], [], [f], [], {}, s)).axes[0]
+    assert len(ax.lines) == 2 + 2   # held-out and training accuracy, and the two one-point windows drawn as lines
 
 
 def test_wrong_answers_growing_faster():
