@@ -498,6 +498,10 @@ def diagnose(path_or_rows,  # a run directory or log file, or a list of metric r
     unmapped = [n for n in names if not KNOWN_UNUSED[source].match(n)]
     steps = np.unique(np.concatenate([x for x, _ in s.values()]))
     found, clean, skipped = _run_checks(s)
+    for x in found:
+        if ds and x.key == "zero_std":  # the run filters them already: say what they cost it
+            x.evidence += ("; this run uses dynamic sampling, which drops these groups and samples again: they cost generation "
+                           "time, and the batch runs short when the refills cannot replace them")
     return Report(str(f), source, len(steps), (float(steps[0]), float(steps[-1])), sorted(s), unmapped, unused, found, clean, skipped, s)
 
 def format_report(r:Report, width:int=110) -> str:

@@ -50,6 +50,13 @@ def test_rl_notes_run(tmp_path):
     assert r.series["len_mean"][1].tolist() == [5.0] * 5 and "kl_ref" not in r.series   # None is a missing point
     assert r.series["heldout_acc"][0].tolist() == [0.0]                     # the value pre-training row is skipped
     assert r.unused == ["rewards/correctness", "time_step"] and r.unmapped == []   # rl_notes names no check needs
+    rows = [{"step": i, "acc": 0.5, "kept_frac": 0.4, "resp_len": 5.0} for i in range(1, 11)]
+    (tmp_path / "ds").mkdir()
+    write_jsonl(tmp_path / "ds" / "metrics.jsonl", rows)
+    (tmp_path / "ds" / "config.json").write_text(json.dumps({"algo": {"dynamic_sampling": True}}))
+    (f,) = [f for f in diagnose(tmp_path / "ds").findings if f.key == "zero_std"]
+    assert f.status == "present" and "this run uses dynamic sampling" in f.evidence   # the run filters these groups already
+    assert diagnose(tmp_path / "ds").path == str(tmp_path / "ds" / "metrics.jsonl")
     (tmp_path / "config.json").write_text(json.dumps({"algo": {"dynamic_sampling": False}}))
     r = diagnose(tmp_path / "metrics.jsonl")
     assert "zero_std_frac" not in r.series and "kept_frac" in r.unused     # without dynamic sampling kept_frac is always 1
