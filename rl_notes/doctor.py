@@ -6,8 +6,8 @@
 __all__ = ['VOCAB', 'SOURCE_MAPS', 'NOT_METRICS', 'KNOWN_UNUSED', 'VERL_VAL', 'MIN_POINTS', 'T', 'SECTIONS', 'CHECKS',
            'STATUS_ORDER', 'OVERVIEW', 'DoctorError', 'read_log', 'to_series', 'Finding', 'check_entropy',
            'check_zero_std', 'check_truncation', 'check_length', 'check_value_collapse', 'check_clip', 'check_kl',
-           'check_loss_zero', 'check_heldout', 'check_mismatch', 'Report', 'diagnose', 'format_report', 'dashboard',
-           'main']
+           'check_loss_zero', 'check_heldout', 'check_heldout_drop', 'check_mismatch', 'Report', 'diagnose',
+           'format_report', 'dashboard', 'main']
 
 # %% ../nbs/22_doctor.ipynb #96bfb557
 import argparse, csv, json, math, os, re, sys
@@ -196,6 +196,7 @@ T = dict(  # the thresholds (present, borderline); the reasoning is in the markd
     entropy_collapse=(0.25, 0.5), entropy_runaway=(2.0, 1.5), zero_std=(0.5, 0.3), trunc=(0.2, 0.1), trunc_rise=0.1,
     len_ratio=(1.5, 1.25), value_ev=0.2, value_len_drop=0.3, clip_ratio=(3.0, 2.0), clip_min=0.01,
     kl_growth=(2.0, 1.5), kl_min=0.01, loss_zero=0.01, grad_zero=1e-6, reward_gain=0.1, heldout_share=(0.2, 0.5),
+    heldout_drop=((0.1, 0.2), (0.05, 0.1)),
     mismatch_logp=(0.05, 0.02), mismatch_kl=(0.00125, 0.0002))
 
 SECTIONS = {  # finding -> (notebook section that explains the mechanism, knobs that act on it)
@@ -223,6 +224,9 @@ SECTIONS = {  # finding -> (notebook section that explains the mechanism, knobs 
     "heldout_gap": ('14_trainer "Held-out evaluation"; 12_rollout "Evaluation"',
                     ["check each reward function (rewards/<f>) for a format or length shortcut", "more training prompts",
                      "beta (KL to the reference)"]),
+    "heldout_drop": ('14_trainer "Divergence stops the run"; 19_failure_modes "D1: Clip-Higher and the entropy collapse"',
+                     ["lower lr (and warmup_steps)", "fewer updates per batch (ppo_epochs x n_minibatches; TRL num_iterations)",
+                      "max_grad_norm", "restart from the last checkpoint whose held-out accuracy was good"]),
     "mismatch": ('07_family "Truncated importance sampling: the sampler is not the trainer"',
                  ["tis (TRL vllm_importance_sampling_correction, verl rollout importance sampling)",
                   "same dtype/kernels for sampler and trainer"]),
@@ -401,6 +405,21 @@ def check_heldout(s:dict) -> Finding|None:
     return _mk("heldout_gap", "reward rises, held-out does not", "present" if hgain < p * gain else "borderline",
                "medium" if hgain < p * gain else "low", ev, w["steps"], [tr, ho], spans=[w["e_steps"], w["l_steps"]], train_gain=gain, heldout_gain=hgain)
 
+def check_heldout_drop(s:dict) -> Finding|None:
+    "Held-out accuracy (or reward) falls: last third's mean below the first third's by >= 0.1 and >= 20% of it (borderline 0.05, 10%)."
+    ho = _first(s, "heldout_acc", "heldout_reward"); x, y = s[ho]
+    k = max(1, len(y) // 3); a, b = float(np.mean(y[:k])), float(np.mean(y[-k:])); drop = a - b
+    (pa, pr), (ba, br) = T["heldout_drop"]
+    if not (drop >= ba and drop >= br * abs(a)): return None
+    present = drop >= pa and drop >= pr * abs(a)
+    ev = (f"{ho} {a:.3g} (steps {x[0]:g}-{x[k - 1]:g}) -> {b:.3g} (steps {x[-k]:g}-{x[-1]:g}): {-drop:+.3f}, {drop / max(abs(a), 1e-12):.0%} "
+          f"of the start (present at a fall >= {pa} and >= {pr:.0%} of the start, borderline >= {ba} and >= {br:.0%})")
+    tr = _first(s, "acc", "reward")
+    if tr: ev += f"; training {tr} {s[tr][1][0]:.3g} (step {s[tr][0][0]:g}) -> median {float(np.median(s[tr][1][-max(3, len(s[tr][1]) // 4):])):.3g} (late quarter)"
+    return _mk("heldout_drop", "held-out accuracy falls: the policy got worse", "present" if present else "borderline",
+               ("high" if drop >= 2 * pa else "medium") if present else "low", ev, (x[0], x[-1]), [ho] + ([tr] if tr else []),
+               spans=[(x[0], x[k - 1]), (x[-k], x[-1])], start=a, end=b, drop=drop)
+
 def check_mismatch(s:dict) -> Finding|None:
     "Sampler/trainer mismatch: median |logp diff| >= 0.05 (borderline 0.02), or KL >= 0.00125 (borderline 0.0002)."
     name = _first(s, "mismatch_logp", "mismatch_kl"); key = "mismatch_logp" if name == "mismatch_logp" else "mismatch_kl"
@@ -421,6 +440,7 @@ CHECKS = {  # name -> (groups of metrics (each group: any one of them is enough)
     "kl_growth": ([("kl_ref",)], MIN_POINTS, check_kl),
     "loss_zero": ([("loss",)], 3, check_loss_zero),
     "heldout_gap": ([("acc", "reward"), ("heldout_acc", "heldout_reward")], MIN_POINTS, check_heldout),
+    "heldout_drop": ([("heldout_acc", "heldout_reward")], 3, check_heldout_drop),
     "mismatch": ([("mismatch_logp", "mismatch_kl")], 3, check_mismatch),
 }
 
@@ -478,6 +498,10 @@ def diagnose(path_or_rows,  # a run directory or log file, or a list of metric r
     unmapped = [n for n in names if not KNOWN_UNUSED[source].match(n)]
     steps = np.unique(np.concatenate([x for x, _ in s.values()]))
     found, clean, skipped = _run_checks(s)
+    for x in found:
+        if ds and x.key == "zero_std":  # the run filters them already: say what they cost it
+            x.evidence += ("; this run uses dynamic sampling, which drops these groups and samples again: they cost generation "
+                           "time, and the batch runs short when the refills cannot replace them")
     return Report(str(f), source, len(steps), (float(steps[0]), float(steps[-1])), sorted(s), unmapped, unused, found, clean, skipped, s)
 
 def format_report(r:Report, width:int=110) -> str:
@@ -520,8 +544,10 @@ def dashboard(r:Report, path:str|Path|None=None,  # write a PNG here; None: only
             other = j and m.split("_")[0] != mets[0].split("_")[0] and max(scale(m), scale(mets[0])) > 10 * min(scale(m), scale(mets[0]))
             if other and twin is None: twin = ax.twinx(); twin.tick_params(labelsize=7)
             (twin if other else ax).plot(*r.series[m], marker="." if len(r.series[m][0]) < 30 else None, label=m, color=f"C{j}")
-        for k, sp in enumerate(spans):   # the windows the evidence compares: early grey, late (or only) red
-            ax.axvspan(sp[0], sp[1], color="tab:red" if k == len(spans) - 1 else "grey", alpha=0.15, lw=0)
+        for k, sp in enumerate(spans):   # the windows the evidence compares: early grey, late (or only) red; one point: a line
+            c = "tab:red" if k == len(spans) - 1 else "grey"
+            if sp[0] == sp[1]: ax.axvline(sp[0], color=c, alpha=0.4, lw=3)
+            else: ax.axvspan(sp[0], sp[1], color=c, alpha=0.15, lw=0)
         ax.set_title(title, fontsize=9); ax.set_xlabel("step", fontsize=8); ax.tick_params(labelsize=7)
         hs = ax.get_legend_handles_labels()[0] + (twin.get_legend_handles_labels()[0] if twin else [])
         ax.legend(handles=hs, fontsize=7)

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rl_notes.doctor import DoctorError, _run_checks, diagnose, format_report, dashboard, main, read_log, to_series, T
+from rl_notes.doctor import DoctorError, Report, _run_checks, diagnose, format_report, dashboard, main, read_log, to_series, T
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
@@ -50,6 +50,13 @@ def test_rl_notes_run(tmp_path):
     assert r.series["len_mean"][1].tolist() == [5.0] * 5 and "kl_ref" not in r.series   # None is a missing point
     assert r.series["heldout_acc"][0].tolist() == [0.0]                     # the value pre-training row is skipped
     assert r.unused == ["rewards/correctness", "time_step"] and r.unmapped == []   # rl_notes names no check needs
+    rows = [{"step": i, "acc": 0.5, "kept_frac": 0.4, "resp_len": 5.0} for i in range(1, 11)]
+    (tmp_path / "ds").mkdir()
+    write_jsonl(tmp_path / "ds" / "metrics.jsonl", rows)
+    (tmp_path / "ds" / "config.json").write_text(json.dumps({"algo": {"dynamic_sampling": True}}))
+    (f,) = [f for f in diagnose(tmp_path / "ds").findings if f.key == "zero_std"]
+    assert f.status == "present" and "this run uses dynamic sampling" in f.evidence   # the run filters these groups already
+    assert diagnose(tmp_path / "ds").path == str(tmp_path / "ds" / "metrics.jsonl")
     (tmp_path / "config.json").write_text(json.dumps({"algo": {"dynamic_sampling": False}}))
     r = diagnose(tmp_path / "metrics.jsonl")
     assert "zero_std_frac" not in r.series and "kept_frac" in r.unused     # without dynamic sampling kept_frac is always 1
@@ -190,6 +197,11 @@ CASES = {
     "held-out flat": (dict(acc=ramp(0.2, 0.7), heldout_acc=ramp(0.3, 0.31, 5)), ["heldout_gap:present"]),
     "held-out lags": (dict(acc=ramp(0.2, 0.7), heldout_acc=ramp(0.3, 0.45, 5)), ["heldout_gap:borderline"]),
     "held-out follows": (dict(acc=ramp(0.2, 0.7), heldout_acc=ramp(0.3, 0.6, 5)), []),
+    "held-out falls": (dict(heldout_acc=ramp(0.5, 0.0, 4)), ["heldout_drop:present"]),
+    "held-out falls borderline": (dict(heldout_acc=ramp(0.5, 0.43, 4)), ["heldout_drop:borderline"]),
+    "held-out dips within noise": (dict(heldout_acc=ramp(0.5, 0.47, 4)), []),
+    "held-out rises": (dict(heldout_acc=ramp(0.5, 0.6, 4)), []),
+    "small held-out reward falls by less than 20%": (dict(heldout_reward=ramp(2.0, 1.75, 4)), ["heldout_drop:borderline"]),
     "mismatch": (dict(mismatch_logp=ramp(0.06, 0.08)), ["mismatch:present"]),
     "mismatch borderline": (dict(mismatch_logp=ramp(0.03, 0.03)), ["mismatch:borderline"]),
     "mismatch kl": (dict(mismatch_kl=ramp(0.002, 0.003)), ["mismatch:present"]),
@@ -215,6 +227,19 @@ def test_finding_fields_and_pass_k():
 def test_too_few_points_is_said_not_passed():
     _, clean, skipped = _run_checks(series(entropy=ramp(1.0, 0.1, n=5)))
     assert skipped["entropy"] == "5 points, needs 8" and "entropy" not in clean
+
+
+def test_heldout_drop_sees_a_break_in_the_first_steps():
+    "A policy broken at step 2: every window check starts after the break; the held-out fall from step 0 names it."
+    x = np.arange(0.0, 61.0)
+    acc = np.r_[0.41, np.zeros(60)]; ent = np.r_[0.16, np.full(60, 0.72)]
+    s = {"acc": (x[1:], acc[:60]), "entropy": (x[1:], ent[:60]), "heldout_acc": (np.array([0.0, 20, 40, 60]), np.array([0.53, 0, 0, 0]))}
+    (f,), clean, _ = _run_checks(s)
+    assert f.key == "heldout_drop" and f.status == "present" and f.confidence == "high" and "entropy" in clean
+    assert f.numbers["drop"] == 0.53 and "training acc 0.41 (step 1) -> median 0" in f.evidence and f.spans == [(0, 0), (60, 60)]
+    assert f.metrics == ["heldout_acc", "acc"] and "14_trainer" in f.section
+    ax = dashboard(Report("x", "csv", 61, (0, 60), sorted(s), [], [], [f], [], {}, s)).axes[0]
+    assert len(ax.lines) == 2 + 2   # held-out and training accuracy, and the two one-point windows drawn as lines
 
 
 def test_wrong_answers_growing_faster():
