@@ -4,7 +4,7 @@
 
 # %% ../nbs/09_data.ipynb #73890e21
 from __future__ import annotations
-import asyncio, concurrent.futures, functools, hashlib, importlib, importlib.util, inspect, math, numbers, os, sys, warnings
+import asyncio, concurrent.futures, copy, functools, hashlib, importlib, importlib.util, inspect, math, numbers, os, sys, warnings
 from collections.abc import Mapping
 from pathlib import Path
 import numpy as np
@@ -221,6 +221,26 @@ def load_reward_function(spec,  # a callable, "package.module:function" or "path
     if not callable(obj): raise RewardFunctionError(f"reward function {spec!r}: {attr!r} is {_describe(obj)}, not callable")
     return obj
 
+# %% ../nbs/09_data.ipynb #0f2467e4
+def _copies(prompts:list, completions:list, columns:dict) -> dict:
+    "TRL's keyword arguments, each item a deep copy of its own: a function that edits a prompt (a judge's `prompt.append(...)`) changes only that copy."
+    own = lambda xs: [copy.deepcopy(x) for x in xs]   # group members share one prompt object in the rows; here each has its own
+    return dict(prompts=own(prompts), completions=own(completions), **{k: own(v) for k, v in columns.items()})
+
+def _failing_item(fn, prompts:list, completions:list, columns:dict) -> int|None:
+    "The first completion on which `fn`, called on that one alone, raises (or exits); None when each alone passes."
+    for j in range(len(prompts)):
+        try:
+            out = fn(**_copies(prompts[j:j + 1], completions[j:j + 1], {k: v[j:j + 1] for k, v in columns.items()}))
+            if inspect.isawaitable(out): _await(out)
+        except (Exception, SystemExit): return j
+    return None
+
+def _raised(e:BaseException) -> str:
+    "What a reward function did: `raised KeyError: ...`, or `called sys.exit(3)`."
+    if isinstance(e, SystemExit): return f"called sys.exit({e.code!r})"
+    return f"raised {type(e).__name__}: {_first_line(e)}"
+
 # %% ../nbs/09_data.ipynb #d26adfdd
 F32_MAX = torch.finfo(torch.float32).max  # larger magnitudes become inf in the (B,) float32 reward
 
@@ -236,15 +256,17 @@ def _await(aw):
     except RuntimeError: return asyncio.run(run())
     with concurrent.futures.ThreadPoolExecutor(1) as ex: return ex.submit(asyncio.run, run()).result()
 
-def _call(kind:str, name:str, fn, prompts:list, completions:list, columns:dict) -> list:
-    "Call one function with TRL's keyword arguments; its result as a list of B items."
+def _call(kind:str, name:str, fn, prompts:list, completions:list, columns:dict, group_size:int=1) -> list:
+    "Call one function with TRL's keyword arguments (deep copies); its result as a list of B items."
     B = len(prompts)
     try:
-        out = fn(prompts=list(prompts), completions=list(completions), **{k: list(v) for k, v in columns.items()})
+        out = fn(**_copies(prompts, completions, columns))
         if inspect.isawaitable(out): out = _await(out)  # an async reward function (TRL accepts those too)
-    except Exception as e:
-        raise RewardFunctionError(f"{kind} `{name}` raised {type(e).__name__}: {_first_line(e)} (called on a batch of "
-                                  f"{B} completions with columns {list(columns)})") from e
+    except (Exception, SystemExit) as e:   # sys.exit in a reward function ends nothing but the step
+        j = _failing_item(fn, prompts, completions, columns) if B > 1 else 0
+        at = "" if j is None else f"; it fails on completion {j} (row {j // group_size}, prompt {_preview(prompts[j])})"
+        raise RewardFunctionError(f"{kind} `{name}` {_raised(e)} (called on a batch of "
+                                  f"{B} completions with columns {list(columns)}){at}") from e
     if isinstance(out, (list, tuple)): out = list(out)
     elif getattr(out, "ndim", None) == 1 and hasattr(out, "tolist"): out = out.tolist()  # a 1-D numpy array or tensor
     else: raise RewardFunctionError(f"{kind} `{name}` returned {_describe(out)}; expected a list of {B} values, one per completion")
@@ -328,6 +350,13 @@ def _flag(name:str, v, j:int, prompts:list, group_size:int) -> bool:
                                   f"prompt {_preview(prompts[j])}); expected a bool")
     return bool(v)
 
+# %% ../nbs/09_data.ipynb #cd508808
+def _overflow(rs, R:torch.Tensor, j:int, prompts:list, group_size:int):
+    "Raise: the weighted sum of finite rewards overflowed float32 for completion `j` (R: (B, K) per function)."
+    terms = {n: (float(R[j, k]), w) for k, (n, w) in enumerate(zip(rs.names, rs.weights))}
+    raise RewardFunctionError(f"the weighted sum of the rewards overflows float32 for completion {j} (row {j // group_size}, "
+                              f"prompt {_preview(prompts[j])}): (value, weight) per function {terms}; scale the rewards or weights down")
+
 # %% ../nbs/09_data.ipynb #58839127
 class RewardSet:
     "Reward functions with TRL's `GRPOTrainer` signature, combined with weights; optional `parsed` flags per sample."
@@ -355,12 +384,13 @@ class RewardSet:
         B, G = len(prompts), group_size
         per_func = {}
         for name, fn in zip(self.names, self.funcs):
-            out = _call("reward function", name, fn, prompts, completions, columns) if B else []
+            out = _call("reward function", name, fn, prompts, completions, columns, G) if B else []
             per_func[name] = torch.tensor([_value("reward function", name, v, j, prompts, G) for j, v in enumerate(out)],
                                           dtype=torch.float32)  # (B,)
         R = torch.stack(list(per_func.values()), dim=1)  # (B, K)
         # $r_j = \sum_k w_k r_{jk}$ over the functions that did not return None (TRL: nansum)
         reward = (R * torch.tensor(self.weights, dtype=torch.float32).unsqueeze(0)).nansum(dim=1)  # (B,)
+        if B and not (fin := torch.isfinite(reward)).all(): _overflow(self, R, int((~fin).nonzero()[0, 0]), prompts, G)
         if B and (unscored := torch.isnan(R).all(dim=1)).any():
             j = int(unscored.nonzero()[0, 0])
             warnings.warn(f"every reward function returned None for {int(unscored.sum())} of {B} completions (first: "
@@ -368,7 +398,7 @@ class RewardSet:
         parsed = None
         if self.parsed is not None:
             name = reward_name(self.parsed)
-            out = _call("parsed function", name, self.parsed, prompts, completions, columns) if B else []
+            out = _call("parsed function", name, self.parsed, prompts, completions, columns, G) if B else []
             parsed = torch.tensor([_flag(name, v, j, prompts, G) for j, v in enumerate(out)], dtype=torch.bool)  # (B,)
         return {"reward": reward, "per_func": per_func, "parsed": parsed}
 
