@@ -4,7 +4,7 @@
 
 # %% ../nbs/09_data.ipynb #73890e21
 from __future__ import annotations
-import asyncio, concurrent.futures, copy, functools, hashlib, importlib, importlib.util, inspect, math, numbers, os, sys, warnings
+import asyncio, concurrent.futures, copy, csv, functools, hashlib, importlib, importlib.util, inspect, json, math, numbers, os, sys, warnings
 from collections.abc import Mapping
 from pathlib import Path
 import numpy as np
@@ -12,9 +12,9 @@ import torch
 from datasets import Dataset, DatasetDict, load_dataset, load_from_disk, are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
 
 # %% auto #0
-__all__ = ['DATA_SUFFIXES', 'F32_MAX', 'is_conversational', 'check_prompts', 'read_source', 'load_dataset_splits',
-           'render_prompts', 'completions_for', 'RewardFunctionError', 'reward_name', 'load_reward_function',
-           'reward_spec', 'RewardSet']
+__all__ = ['DATA_SUFFIXES', 'F32_MAX', 'is_conversational', 'check_prompts', 'check_data_file', 'check_saved_dir', 'read_source',
+           'load_dataset_splits', 'render_prompts', 'completions_for', 'RewardFunctionError', 'reward_name',
+           'load_reward_function', 'reward_spec', 'RewardSet']
 
 # %% ../nbs/09_data.ipynb #43f23ecb
 def _describe(x) -> str:
@@ -58,6 +58,64 @@ def check_prompts(rows,  # dataset rows (dicts of columns), each with a `prompt`
     if not first: raise ValueError(f"{source} has no rows")
     return first.popitem()[0]
 
+# %% ../nbs/09_data.ipynb #78f97fad
+def _check_utf8(p:Path, data:bytes):
+    "A text data file must be UTF-8: UTF-16 or Latin-1 bytes are an error naming the line and column."
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff"): raise ValueError(f"`dataset` file {str(p)!r} is UTF-16 encoded; save it as UTF-8")
+    try: data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1; col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        raise ValueError(f"`dataset` file {str(p)!r} line {line}, column {col}: byte {data[e.start]:#04x} is not UTF-8 "
+                         "(Latin-1 or another encoding?); save the file as UTF-8") from None
+
+def _check_json_lines(p:Path, text:str):
+    "Every non-blank line of a JSON-lines file is one JSON object; else an error naming the line and column."
+    lines = text.split("\n")
+    for i, line in enumerate(lines, 1):
+        if not line.strip(): continue
+        try: obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            cut = i == len(lines) and not text.endswith("\n")   # the last line, with no newline after it
+            raise ValueError(f"`dataset` file {str(p)!r} line {i}, column {e.colno}: not JSON ({e.msg})"
+                             + ("; the file ends inside this line: truncated?" if cut else "")) from None
+        if not isinstance(obj, dict): raise ValueError(f"`dataset` file {str(p)!r} line {i}: a JSON {type(obj).__name__}, expected an object (one row per line)")
+
+def _check_csv(p:Path, text:str):
+    "A CSV file parses (quotes closed) and no row has more fields than the header; else an error naming the line."
+    r = csv.reader(text.splitlines(True), strict=True)
+    try:
+        header = next(r, None)
+        for row in r:
+            if len(row) > len(header):
+                raise ValueError(f"`dataset` file {str(p)!r} line {r.line_num}: {len(row)} fields, the header has {len(header)} "
+                                 "(a comma inside an unquoted value?)")
+    except csv.Error as e:
+        raise ValueError(f"`dataset` file {str(p)!r} line {r.line_num}: bad CSV ({e}); quote a value holding commas, quotes or newlines as \"...\"") from None
+
+def check_data_file(p:Path):
+    "Before `datasets` reads a file: not empty, UTF-8, and parseable line by line (JSON lines, CSV), so an error names the line."
+    data = p.read_bytes()
+    if not data.strip(): raise ValueError(f"`dataset` file {str(p)!r} is empty")
+    if p.suffix.lower() == ".parquet": return
+    _check_utf8(p, data)
+    text = data.decode("utf-8")
+    if p.suffix.lower() == ".csv": return _check_csv(p, text)
+    if p.suffix.lower() == ".json":
+        try: json.loads(text); return   # one JSON document (a list of rows, or a dict of columns)
+        except json.JSONDecodeError: pass
+    _check_json_lines(p, text)
+
+def check_saved_dir(p:Path):
+    "A `save_to_disk` directory reads only files inside itself: a state.json naming a data file elsewhere is refused."
+    root = p.resolve()
+    for sf in sorted(p.rglob("state.json")):
+        try: files = json.loads(sf.read_text()).get("_data_files", [])
+        except (OSError, ValueError, AttributeError): continue
+        for f in files:
+            name = f.get("filename", "") if isinstance(f, dict) else ""
+            if not (sf.parent / name).resolve().is_relative_to(root):
+                raise ValueError(f"`dataset` directory {str(p)!r}: {sf.relative_to(p)} names the data file {name!r}, outside the directory")
+
 # %% ../nbs/09_data.ipynb #fb9738e4
 DATA_SUFFIXES = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}  # file suffix -> `datasets` builder
 
@@ -66,6 +124,7 @@ def _first_line(e:BaseException) -> str:
     return lines[0] if lines else ""
 
 def read_source(source,  # a Dataset, a DatasetDict, a .jsonl/.json/.parquet/.csv file or a `save_to_disk` directory
+                cache_dir:str|None=None,  # where `datasets` keeps its copy of a data file (None: its default, ~/.cache/huggingface)
                ) -> tuple:
     "`(Dataset or DatasetDict, description for errors)` from a dataset object, a data file or a `save_to_disk` directory."
     if isinstance(source, (Dataset, DatasetDict)): return source, f"the given {type(source).__name__}"
@@ -79,6 +138,7 @@ def read_source(source,  # a Dataset, a DatasetDict, a .jsonl/.json/.parquet/.cs
         if not any((p / f).is_file() for f in ("dataset_dict.json", "dataset_info.json", "state.json")):
             raise ValueError(f"`dataset` directory {str(p)!r} is not a `save_to_disk` directory (no dataset_dict.json or "
                              f"dataset_info.json); pass a data file ({', '.join(DATA_SUFFIXES)}) instead")
+        check_saved_dir(p)
         try: return load_from_disk(str(p)), f"`dataset` directory {str(p)!r}"
         except Exception as e:
             raise ValueError(f"`dataset` directory {str(p)!r} could not be loaded: {type(e).__name__}: {_first_line(e)}") from e
@@ -86,9 +146,10 @@ def read_source(source,  # a Dataset, a DatasetDict, a .jsonl/.json/.parquet/.cs
     if builder is None:
         raise ValueError(f"`dataset` file {str(p)!r} has suffix {p.suffix!r}; supported: {', '.join(DATA_SUFFIXES)} "
                          "or a `save_to_disk` directory")
+    check_data_file(p)
     quiet = not are_progress_bars_disabled()   # no "Generating train split" bar on the user's stderr
     if quiet: disable_progress_bars()
-    try: ds = load_dataset(builder, data_files=str(p), split="train")
+    try: ds = load_dataset(builder, data_files=str(p), split="train", cache_dir=cache_dir)
     except Exception as e:
         raise ValueError(f"`dataset` file {str(p)!r} could not be read as {builder}: {type(e).__name__}: {_first_line(e)}") from e
     finally:
@@ -107,12 +168,13 @@ def load_dataset_splits(source,  # a Dataset, a DatasetDict, a .jsonl/.json/.par
                         seed:int=0,  # seed of the held-out draw
                         test_split:str="test",  # name of the split (or value of `split_column`) that marks the test rows
                         split_column:str|None=None,  # a column whose value `test_split` marks test rows (instead of a held-out draw)
+                        cache_dir:str|None=None,  # where `datasets` keeps its copy of a data file (the trainer: under `rl_notes.cache.cache_dir`)
                        ) -> tuple[Dataset, Dataset]:
     "`(train, test)`: the source's test split when it has one, else a seeded held-out fraction of its rows."
     if isinstance(test_frac, bool) or not isinstance(test_frac, numbers.Real) or not 0 < test_frac < 1:
         raise ValueError(f"`test_frac` must be a number in (0, 1), got {test_frac!r}")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0: raise ValueError(f"`seed` must be an int >= 0, got {seed!r}")
-    data, what = read_source(source)
+    data, what = read_source(source, cache_dir)
     if isinstance(data, DatasetDict):
         names = list(data)
         others = [n for n in names if n != test_split]  # candidates for training

@@ -25,7 +25,7 @@ from .rollout import Rollout, NonFiniteLogits, generate, response_logprobs, eval
 from .configs import validate_config
 from .rundir import RunDir, RunLock, run_mode
 from .checkpoint import CheckpointError
-from .cache import content_sha256
+from .cache import cache_dir, content_sha256
 
 # %% auto #0
 __all__ = ['PRESETS', 'ADVANTAGE_ESTIMATORS', 'CRITIC_ESTIMATORS', 'POLICY_LOSSES', 'TOKEN_MODIFIERS', 'RUN_CONTROL',
@@ -515,7 +515,7 @@ def _data(cfg:TrainConfig, task) -> tuple[list, list, RewardSet]:
         tr, te = task.splits(cfg.n_train, max(cfg.n_eval, 1), seed=cfg.seed)
         train_rows, test_rows, where = tr.to_list(), te.to_list()[:cfg.n_eval], f"task {cfg.task!r}"
     else:
-        tr, te = load_dataset_splits(cfg.dataset, seed=cfg.seed)
+        tr, te = load_dataset_splits(cfg.dataset, seed=cfg.seed, cache_dir=str(cache_dir("datasets")))   # datasets' copy under the one cache root
         name = cfg.dataset if isinstance(cfg.dataset, str) else _dataset_label(cfg.dataset)
         train_rows, test_rows, where = tr.to_list()[:cfg.n_train], te.to_list()[:cfg.n_eval], f"TrainConfig.dataset {name!r}"
     if cfg.reward: rewards = RewardSet(cfg.reward, cfg.reward_weights)
