@@ -106,11 +106,14 @@ def check_data_file(p:Path):
     _check_json_lines(p, text)
 
 def check_saved_dir(p:Path):
-    "A `save_to_disk` directory reads only files inside itself: a state.json naming a data file elsewhere is refused."
+    "A `save_to_disk` directory reads only files inside itself (a state.json naming a data file elsewhere is refused); no split is empty."
     root = p.resolve()
     for sf in sorted(p.rglob("state.json")):
         try: files = json.loads(sf.read_text()).get("_data_files", [])
         except (OSError, ValueError, AttributeError): continue
+        if files == []:
+            split = f"split {sf.parent.name!r}" if sf.parent != p else "the dataset"
+            raise ValueError(f"`dataset` directory {str(p)!r}: {split} has no rows (its state.json lists no data file)")
         for f in files:
             name = f.get("filename", "") if isinstance(f, dict) else ""
             if not (sf.parent / name).resolve().is_relative_to(root):
