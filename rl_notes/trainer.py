@@ -4,7 +4,7 @@
 
 # %% ../nbs/14_trainer.ipynb #7bfa91ff
 from __future__ import annotations
-import os, json, math, time, copy, random, hashlib, warnings, dataclasses, contextlib, importlib.util
+import os, sys, json, math, time, copy, random, signal, hashlib, warnings, threading, dataclasses, contextlib, importlib.util
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 from typing import Callable, Literal
@@ -34,7 +34,7 @@ __all__ = ['PRESETS', 'ADVANTAGE_ESTIMATORS', 'CRITIC_ESTIMATORS', 'POLICY_LOSSE
            'loss_kl_cov', 'Tokens', 'mod_tis', 'mod_entropy', 'mod_clip_cov', 'modify_tokens', 'TrainConfig', 'Meter',
            'heldout_eval', 'TrainingDiverged', 'seed_everything', 'Run', 'preflight', 'content_fingerprints',
            'check_content', 'setup', 'collect', 'advantages', 'update', 'Reporter', 'heldout', 'eval_due', 'log_row',
-           'checkpoint', 'value_pretrain_step', 'train']
+           'checkpoint', 'value_pretrain_step', 'StopRequest', 'train']
 
 # %% ../nbs/14_trainer.ipynb #2efb1170
 def _f(default, **rules):
@@ -944,6 +944,28 @@ def value_pretrain_step(run:Run, k:int, mt:Meter):
     mt.add("value_loss", vl.detach(), 1)
     mt.put("explained_var", _explained_var(run, [values.detach()], [m["returns"]], [batch.mask]))
 
+# %% ../nbs/14_trainer.ipynb #25038230
+class StopRequest:
+    "`with StopRequest(on) as stop:` the first Ctrl-C (SIGINT) sets `stop.asked`, so the loop ends after its step with a checkpoint; a second one interrupts at once."
+    def __init__(self, on:bool=True): self.on, self.asked, self.old = on, False, None   # on: one process, in the main thread
+    def _handle(self, sig, frame):
+        if self.asked: raise KeyboardInterrupt
+        self.asked = True
+        print("rl_notes: Ctrl-C: stopping after this step, with a checkpoint (Ctrl-C again stops at once)", file=sys.stderr)
+    def __enter__(self):
+        if self.on and threading.current_thread() is threading.main_thread(): self.old = signal.signal(signal.SIGINT, self._handle)
+        return self
+    def __exit__(self, *exc):
+        if self.old is not None: signal.signal(signal.SIGINT, self.old); self.old = None
+
+def _stop(run:Run, step:int):
+    "After the step a Ctrl-C asked to stop at: its checkpoint (unless just written), then `KeyboardInterrupt`."
+    if run.saved != step:
+        models = [m for m in (run.policy, run.critic) if m is not None]
+        if all(bool(torch.isfinite(p).all()) for m in models for p in m.parameters()):
+            run.dir.save(step, run.cfg, run.acc, run.policy, run.opt, run.critic, run.copt, extra={"content": run.content}); run.saved = step
+    raise KeyboardInterrupt(f"stopped by Ctrl-C after step {step}")
+
 # %% ../nbs/14_trainer.ipynb #659114af
 @contextlib.contextmanager
 def _diverged_at(run:Run, step):
@@ -963,7 +985,7 @@ def train(cfg:TrainConfig,  # the run
           accelerator=None,  # an `accelerate.Accelerator`; default: a new one (CPU, GPU or `accelerate launch` settings)
          ) -> list[dict]:  # the metric rows of this run (also in out_dir/metrics.jsonl)
     "Run (or resume) RL training; writes metrics.jsonl, config.json and checkpoints under `cfg.out_dir`."
-    with setup(cfg, accelerator) as run:
+    with setup(cfg, accelerator) as run, StopRequest(run.W == 1) as stop:   # data parallel: Ctrl-C stops every process at once, as before
         if run.start == 0: _first_rows(run)
         bar = tqdm(range(run.start + 1, cfg.steps + 1), desc=run.algo.name, disable=not (cfg.progress and run.main),
                    initial=run.start, total=cfg.steps)
@@ -976,5 +998,6 @@ def train(cfg:TrainConfig,  # the run
             log_row(run, {**row, "time_step": time.time() - t0})
             bar.set_postfix({k: f"{row[k]:.2f}" for k in ("acc", "resp_len", "heldout_acc") if row.get(k) is not None})
             checkpoint(run, step)
+            if stop.asked: _stop(run, step)
             if cfg.stop_at is not None and step >= cfg.stop_at: break
         return run.rows

@@ -21,6 +21,10 @@ def exits(prompts, completions, **kw): sys.exit(3)
 def one_row(prompts, completions, answer, **kw): return [1 / (int(a) % 2) for a in answer]   # fails on even answers
 def huge(prompts, completions, **kw): return [3e38] * len(prompts)
 def ctrl_c(prompts, completions, **kw): raise KeyboardInterrupt
+def sigint(prompts, completions, **kw):
+    import os, signal
+    if not os.path.exists(__file__ + ".sent"): open(__file__ + ".sent", "w").close(); os.kill(os.getpid(), signal.SIGINT)   # Ctrl-C during step 1
+    return [0.0] * len(prompts)
 '''
 
 
@@ -62,7 +66,7 @@ def one_line(capsys, status, want, *msgs) -> str:
     "The run's stderr is one `rl_notes: error:` line holding each of `msgs`, and the exit status is `want`."
     err = capsys.readouterr().err
     lines = [l for l in err.splitlines() if l.strip() and not l.lstrip().startswith(("warnings.warn", "/"))]   # warnings print their source line
-    lines = [l for l in lines if "Warning" not in l]
+    lines = [l for l in lines if "Warning" not in l and not l.startswith("rl_notes: Ctrl-C:")]   # the notice at the first Ctrl-C
     assert status == want, err
     assert len(lines) == 1 and lines[0].startswith("rl_notes: error:"), err
     for m in msgs: assert m in lines[0], lines[0]
@@ -178,6 +182,15 @@ def test_reward_failures_are_one_line(world, tmp_path, capsys, reward, msgs, sta
     data = digest(world / "chat.jsonl")
     one_line(capsys, main(args(world, tmp_path / "run", "--task-arg", "max_digits=2", reward=reward)), status, *msgs)
     assert digest(world / "chat.jsonl") == data
+
+
+def test_ctrl_c_stops_after_the_step_with_a_checkpoint(world, tmp_path, capsys):
+    (world / "rewards.py.sent").unlink(missing_ok=True)
+    run = tmp_path / "run"
+    one_line(capsys, main(args(world, run, "--steps", "3", reward="sigint")), 130, "interrupted (Ctrl-C) (at step 1); the last checkpoint (step 1)")
+    assert [json.loads(l)["step"] for l in (run / "metrics.jsonl").read_text().splitlines()] == [0, 1]
+    assert main(args(world, run, "--steps", "2", "--resume", reward="sigint")) == 0           # resumes from that checkpoint
+    assert [json.loads(l)["step"] for l in (run / "metrics.jsonl").read_text().splitlines()] == [0, 1, 2]
 
 
 def test_float16_without_lora_is_refused(world, tmp_path, capsys):
