@@ -156,6 +156,13 @@ def test_resume_compares_content_not_spelling(world, tmp_path, capsys, monkeypat
     one_line(capsys, main(base("--steps", "3", "--resume")), 2, "dataset changed since that checkpoint was written", "--accept-changed")
     assert main(base("--steps", "3", "--resume", "--accept-changed")) == 0
     assert [json.loads(l)["step"] for l in (run / "metrics.jsonl").read_text().splitlines()] == [0, 1, 2, 3]
+    moved = tmp_path / "moved"; shutil.copytree(world / "model", moved)                  # the model moved: the same content
+    assert main(base("--steps", "4", "--resume", "--model", moved)) == 0
+    with open(world / "rewards.py") as f: text = f.read()
+    try:
+        (world / "rewards.py").write_text(text + "\n# edited\n")                          # the reward file changed at its path
+        one_line(capsys, main(base("--steps", "5", "--resume", "--model", moved)), 2, "reward[0] changed since that checkpoint")
+    finally: (world / "rewards.py").write_text(text)
 
 
 def test_lab_cache_keys_on_content(world, tmp_path):
@@ -191,6 +198,12 @@ def test_ctrl_c_stops_after_the_step_with_a_checkpoint(world, tmp_path, capsys):
     assert [json.loads(l)["step"] for l in (run / "metrics.jsonl").read_text().splitlines()] == [0, 1]
     assert main(args(world, run, "--steps", "2", "--resume", reward="sigint")) == 0           # resumes from that checkpoint
     assert [json.loads(l)["step"] for l in (run / "metrics.jsonl").read_text().splitlines()] == [0, 1, 2]
+
+
+def test_an_unwritable_cache_root_is_one_line(world, tmp_path, capsys, monkeypatch):
+    (tmp_path / "file").write_text("x"); monkeypatch.setenv("RL_NOTES_CACHE", str(tmp_path / "file"))   # a file where a directory should be
+    one_line(capsys, main(args(world, tmp_path / "run")), 2, "could not be read as json: NotADirectoryError", "file/datasets")
+    assert (tmp_path / "file").read_text() == "x"
 
 
 def test_float16_without_lora_is_refused(world, tmp_path, capsys):
