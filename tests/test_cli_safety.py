@@ -154,7 +154,8 @@ def test_resume_compares_content_not_spelling(world, tmp_path, capsys, monkeypat
     assert main(base("--steps", "2", "--resume", d=Path("./chat.jsonl"))) == 0            # the same file spelled differently
     with open(data, "a") as f: f.write(json.dumps({"prompt": [{"role": "user", "content": "new"}], "answer": "x"}) + "\n")
     one_line(capsys, main(base("--steps", "3", "--resume")), 2, "dataset changed since that checkpoint was written", "--accept-changed")
-    assert main(base("--steps", "3", "--resume", "--accept-changed")) == 0
+    with pytest.warns(UserWarning, match=r"resuming on changed dataset \(accept_changed=True\)"):
+        assert main(base("--steps", "3", "--resume", "--accept-changed")) == 0
     assert [json.loads(l)["step"] for l in (run / "metrics.jsonl").read_text().splitlines()] == [0, 1, 2, 3]
     moved = tmp_path / "moved"; shutil.copytree(world / "model", moved)                  # the model moved: the same content
     assert main(base("--steps", "4", "--resume", "--model", moved)) == 0
