@@ -4,11 +4,11 @@
 
 # %% ../nbs/13b_cache.ipynb #3f614568
 from __future__ import annotations
-import os, re, ast, hashlib, functools, importlib.util
+import os, re, ast, json, hashlib, functools, importlib.util
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['cache_dir', 'import_closure', 'code_version']
+__all__ = ['cache_dir', 'import_closure', 'code_version', 'content_sha256']
 
 # %% ../nbs/13b_cache.ipynb #f04dcf6e
 _NOT_HASHED = ("cli.py", "_modidx.py", "__init__.py")  # modules that do not change what an experiment computes
@@ -54,3 +54,36 @@ def code_version(*roots:str,  # module names, e.g. "lab": hash only their import
         if f.name in _NOT_HASHED or (names is not None and f.name not in names): continue
         h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
     return f"{m.group(1) if m else '0'}+{h.hexdigest()[:12]}"
+
+# %% ../nbs/13b_cache.ipynb #f65926ca
+_BIG = 1 << 24  # files of at least 16 MiB (model weights) have their hash cached on disk
+
+def _sha_file(f:Path, memo:dict) -> str:
+    "sha256 of one file's bytes; a big file's from `memo` when its (path, size, mtime) is unchanged."
+    st = f.stat(); key = f"{f.resolve()}|{st.st_size}|{st.st_mtime_ns}"
+    if st.st_size >= _BIG and key in memo: return memo[key]
+    h = hashlib.sha256()
+    with open(f, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""): h.update(block)
+    if st.st_size >= _BIG: memo[key] = h.hexdigest()
+    return h.hexdigest()
+
+def content_sha256(path) -> str:
+    "sha256 of a file, or of a directory's files (relative names and hashes; hidden entries skipped); big files' hashes cached on disk."
+    p, db = Path(path).expanduser(), cache_dir("sha256.json")
+    if not p.exists(): raise FileNotFoundError(f"{str(path)!r} does not exist")
+    try: memo = json.loads(db.read_text())
+    except (OSError, ValueError): memo = {}
+    n0 = len(memo)
+    if p.is_file(): out = _sha_file(p, memo)
+    else:
+        h = hashlib.sha256()
+        for f in sorted(q for q in p.rglob("*") if q.is_file() and not any(s.startswith(".") for s in q.relative_to(p).parts)):
+            h.update(f.relative_to(p).as_posix().encode() + b"\0" + _sha_file(f, memo).encode() + b"\0")
+        out = h.hexdigest()
+    if len(memo) > n0:                                        # a new big file: keep its hash (atomically; a failure costs a re-hash)
+        try:
+            db.parent.mkdir(parents=True, exist_ok=True); tmp = db.with_name(f".{db.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(memo)); os.replace(tmp, db)
+        except OSError: pass
+    return out

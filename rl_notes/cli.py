@@ -4,7 +4,7 @@
 
 # %% ../nbs/18_cli.ipynb #eb1d7f78
 from __future__ import annotations
-import argparse, ast, dataclasses, functools, importlib.util, io, json, os, platform, re, sys, time, tokenize, typing
+import argparse, ast, dataclasses, functools, importlib.util, io, json, os, platform, re, sys, time, tokenize, traceback, typing
 from pathlib import Path
 from typing import NamedTuple
 
@@ -164,7 +164,7 @@ FIELD_GROUP = {  # config field -> --help section (TrainConfig and SFTConfig; a 
     **dict.fromkeys(("max_new_tokens", "temperature"), "generation"),
     **dict.fromkeys(("steps", "n_prompts", "lr", "critic_lr", "weight_decay", "max_grad_norm", "warmup_steps", "seed", "threads",
                      "shard_rollouts", "batch_size", "warmup"), "optimisation"),
-    **dict.fromkeys(("n_eval", "eval_every", "save_every", "out_dir", "resume", "overwrite", "stop_at", "report_to", "progress",
+    **dict.fromkeys(("n_eval", "eval_every", "save_every", "out_dir", "resume", "overwrite", "accept_changed", "stop_at", "report_to", "progress",
                      "eval_n", "target_accuracy", "val_n"), "evaluation and logging"),
 }
 ALIASES = {"out_dir": ("--out",), "progress": ("--quiet",), "shard_rollouts": ("--no-shard",)}  # option names older than the generated ones
@@ -279,6 +279,65 @@ def _parser(cmd:str|None=None,  # the subcommand whose options are built (those 
     q.add_argument("--quiet", action="store_true", help="no progress bars")
     return p
 
+# %% ../nbs/18_cli.ipynb #7e511e02
+def _step_of(e:BaseException) -> int|None:
+    "The training step during which `e` was raised (`step` of `rl_notes.trainer.train`'s loop in the traceback), or None."
+    tb, step = e.__traceback__, None
+    while tb is not None:
+        f = tb.tb_frame
+        if f.f_code.co_name == "train" and f.f_globals.get("__name__") == "rl_notes.trainer" and isinstance(f.f_locals.get("step"), int):
+            step = f.f_locals["step"]
+        tb = tb.tb_next
+    return step
+
+def _origin(e:BaseException) -> str:
+    "file:line of the innermost frame of `e`'s traceback."
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None: tb = tb.tb_next
+    return "?" if tb is None else f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}"
+
+def _run_dir(a) -> Path|None:
+    "The directory of a `train` command when it is a run of rl_notes (it has the run marker): where its log goes."
+    if getattr(a, "cmd", None) != "train": return None
+    d = Path(getattr(a, "out_dir", None) or config_fields("TrainConfig")["out_dir"].default)
+    return d if (d / ".rl_notes_run").is_file() else None   # == rl_notes.rundir.RUN_MARKER (not imported: it loads torch)
+
+def _kept(d:Path) -> str:
+    "What of the run is on disk: the last checkpoint's step, the metric rows."
+    from rl_notes.rundir import RunDir  # heavy: torch; only after a failure
+    try: st = RunDir(d).state()
+    except Exception: st = None
+    ck = f"the last checkpoint (step {st['step']})" if st else "no checkpoint"
+    return f"{ck} and the metric rows in {d} are kept"
+
+def _log(a, e:BaseException, argv:list) -> str|None:
+    "Append the traceback to the run's log.txt, else to a file under the cache root; its path (None if it could not be written)."
+    d = _run_dir(a)
+    if d is not None: f = d / "log.txt"
+    else:
+        from rl_notes.cache import cache_dir  # light (no torch); only after a failure
+        f = cache_dir("logs", time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}.txt")
+    try:
+        f.parent.mkdir(parents=True, exist_ok=True)
+        with open(f, "a") as fh:
+            fh.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} rl_notes {' '.join(argv)}\n" + "".join(traceback.format_exception(e)))
+        return str(f)
+    except OSError: return None
+
+def _failure(a, e:BaseException, argv:list, status:int) -> int:
+    "The last catch: one `rl_notes: error:` line (the cause, where: the step and the code, what is kept), the traceback in the log."
+    first = (str(e).strip().splitlines() or [""])[0]
+    expected = isinstance(e, (ValueError, FileNotFoundError))   # errors written for the user: their message says what and where
+    cause = ("interrupted (Ctrl-C)" if isinstance(e, KeyboardInterrupt) else first if expected or isinstance(e, OSError)
+             else f"{type(e).__name__}: {first}")
+    step, d = _step_of(e), _run_dir(a)
+    where = f" (at step {step})" if step is not None and "step" not in cause else ""
+    if not expected and not isinstance(e, KeyboardInterrupt): where += f" (in {_origin(e)})"
+    kept = f"; {_kept(d)}" if d is not None and (not expected or step is not None) else ""
+    log = _log(a, e, argv) if not expected or step is not None else None
+    print(f"rl_notes: error: {cause}{where}{kept}" + (f"; traceback in {log}" if log else ""), file=sys.stderr)
+    return status
+
 # %% ../nbs/18_cli.ipynb #2cb561f5
 def _train(a) -> int:
     "`rl_notes train`: the config from the options (unset ones keep `TrainConfig`'s defaults), then `train` under accelerate."
@@ -323,13 +382,17 @@ def _run(a) -> int:
 
 def main(argv:list[str]|None=None) -> int:
     "Entry point of the `rl_notes` console script; returns the exit status."
+    argv, a = sys.argv[1:] if argv is None else list(argv), None
     try:
-        argv = sys.argv[1:] if argv is None else list(argv)
         if _command(argv) == "doctor":
             from rl_notes.doctor import main as doctor  # the doctor reads logs: no torch, but it has its own options
             return doctor(argv[argv.index("doctor") + 1:])
         a = _parser(_command(argv)).parse_args(argv)
         return _run(a)
-    except (UsageError, ValueError, FileNotFoundError) as e:   # ValueError covers ConfigError, CheckpointError, TrainingDiverged
+    except UsageError as e:
         print(f"rl_notes: error: {e}", file=sys.stderr)
         return 2
+    except (ValueError, FileNotFoundError) as e:   # ValueError covers ConfigError, CheckpointError, TrainingDiverged
+        return _failure(a, e, argv, 2)
+    except (Exception, KeyboardInterrupt) as e:    # anything else: still one line, the traceback in the run's log
+        return _failure(a, e, argv, 130 if isinstance(e, KeyboardInterrupt) else 1)

@@ -4,7 +4,7 @@
 
 # %% ../nbs/09_data.ipynb #73890e21
 from __future__ import annotations
-import asyncio, concurrent.futures, functools, hashlib, importlib, importlib.util, inspect, math, numbers, os, sys, warnings
+import asyncio, concurrent.futures, copy, csv, functools, hashlib, importlib, importlib.util, inspect, json, math, numbers, os, sys, warnings
 from collections.abc import Mapping
 from pathlib import Path
 import numpy as np
@@ -12,9 +12,9 @@ import torch
 from datasets import Dataset, DatasetDict, load_dataset, load_from_disk, are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
 
 # %% auto #0
-__all__ = ['DATA_SUFFIXES', 'F32_MAX', 'is_conversational', 'check_prompts', 'read_source', 'load_dataset_splits',
-           'render_prompts', 'completions_for', 'RewardFunctionError', 'reward_name', 'load_reward_function',
-           'reward_spec', 'RewardSet']
+__all__ = ['DATA_SUFFIXES', 'F32_MAX', 'is_conversational', 'check_prompts', 'check_data_file', 'check_saved_dir', 'read_source',
+           'load_dataset_splits', 'render_prompts', 'completions_for', 'RewardFunctionError', 'reward_name',
+           'load_reward_function', 'reward_spec', 'RewardSet']
 
 # %% ../nbs/09_data.ipynb #43f23ecb
 def _describe(x) -> str:
@@ -58,6 +58,67 @@ def check_prompts(rows,  # dataset rows (dicts of columns), each with a `prompt`
     if not first: raise ValueError(f"{source} has no rows")
     return first.popitem()[0]
 
+# %% ../nbs/09_data.ipynb #78f97fad
+def _check_utf8(p:Path, data:bytes):
+    "A text data file must be UTF-8: UTF-16 or Latin-1 bytes are an error naming the line and column."
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff"): raise ValueError(f"`dataset` file {str(p)!r} is UTF-16 encoded; save it as UTF-8")
+    try: data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1; col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        raise ValueError(f"`dataset` file {str(p)!r} line {line}, column {col}: byte {data[e.start]:#04x} is not UTF-8 "
+                         "(Latin-1 or another encoding?); save the file as UTF-8") from None
+
+def _check_json_lines(p:Path, text:str):
+    "Every non-blank line of a JSON-lines file is one JSON object; else an error naming the line and column."
+    lines = text.split("\n")
+    for i, line in enumerate(lines, 1):
+        if not line.strip(): continue
+        try: obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            cut = i == len(lines) and not text.endswith("\n")   # the last line, with no newline after it
+            raise ValueError(f"`dataset` file {str(p)!r} line {i}, column {e.colno}: not JSON ({e.msg})"
+                             + ("; the file ends inside this line: truncated?" if cut else "")) from None
+        if not isinstance(obj, dict): raise ValueError(f"`dataset` file {str(p)!r} line {i}: a JSON {type(obj).__name__}, expected an object (one row per line)")
+
+def _check_csv(p:Path, text:str):
+    "A CSV file parses (quotes closed) and no row has more fields than the header; else an error naming the line."
+    r = csv.reader(text.splitlines(True), strict=True)
+    try:
+        header = next(r, None)
+        for row in r:
+            if len(row) > len(header):
+                raise ValueError(f"`dataset` file {str(p)!r} line {r.line_num}: {len(row)} fields, the header has {len(header)} "
+                                 "(a comma inside an unquoted value?)")
+    except csv.Error as e:
+        raise ValueError(f"`dataset` file {str(p)!r} line {r.line_num}: bad CSV ({e}); quote a value holding commas, quotes or newlines as \"...\"") from None
+
+def check_data_file(p:Path):
+    "Before `datasets` reads a file: not empty, UTF-8, and parseable line by line (JSON lines, CSV), so an error names the line."
+    data = p.read_bytes()
+    if not data.strip(): raise ValueError(f"`dataset` file {str(p)!r} is empty")
+    if p.suffix.lower() == ".parquet": return
+    _check_utf8(p, data)
+    text = data.decode("utf-8")
+    if p.suffix.lower() == ".csv": return _check_csv(p, text)
+    if p.suffix.lower() == ".json":
+        try: json.loads(text); return   # one JSON document (a list of rows, or a dict of columns)
+        except json.JSONDecodeError: pass
+    _check_json_lines(p, text)
+
+def check_saved_dir(p:Path):
+    "A `save_to_disk` directory reads only files inside itself (a state.json naming a data file elsewhere is refused); no split is empty."
+    root = p.resolve()
+    for sf in sorted(p.rglob("state.json")):
+        try: files = json.loads(sf.read_text()).get("_data_files", [])
+        except (OSError, ValueError, AttributeError): continue
+        if files == []:
+            split = f"split {sf.parent.name!r}" if sf.parent != p else "the dataset"
+            raise ValueError(f"`dataset` directory {str(p)!r}: {split} has no rows (its state.json lists no data file)")
+        for f in files:
+            name = f.get("filename", "") if isinstance(f, dict) else ""
+            if not (sf.parent / name).resolve().is_relative_to(root):
+                raise ValueError(f"`dataset` directory {str(p)!r}: {sf.relative_to(p)} names the data file {name!r}, outside the directory")
+
 # %% ../nbs/09_data.ipynb #fb9738e4
 DATA_SUFFIXES = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}  # file suffix -> `datasets` builder
 
@@ -66,6 +127,7 @@ def _first_line(e:BaseException) -> str:
     return lines[0] if lines else ""
 
 def read_source(source,  # a Dataset, a DatasetDict, a .jsonl/.json/.parquet/.csv file or a `save_to_disk` directory
+                cache_dir:str|None=None,  # where `datasets` keeps its copy of a data file (None: its default, ~/.cache/huggingface)
                ) -> tuple:
     "`(Dataset or DatasetDict, description for errors)` from a dataset object, a data file or a `save_to_disk` directory."
     if isinstance(source, (Dataset, DatasetDict)): return source, f"the given {type(source).__name__}"
@@ -79,6 +141,7 @@ def read_source(source,  # a Dataset, a DatasetDict, a .jsonl/.json/.parquet/.cs
         if not any((p / f).is_file() for f in ("dataset_dict.json", "dataset_info.json", "state.json")):
             raise ValueError(f"`dataset` directory {str(p)!r} is not a `save_to_disk` directory (no dataset_dict.json or "
                              f"dataset_info.json); pass a data file ({', '.join(DATA_SUFFIXES)}) instead")
+        check_saved_dir(p)
         try: return load_from_disk(str(p)), f"`dataset` directory {str(p)!r}"
         except Exception as e:
             raise ValueError(f"`dataset` directory {str(p)!r} could not be loaded: {type(e).__name__}: {_first_line(e)}") from e
@@ -86,9 +149,10 @@ def read_source(source,  # a Dataset, a DatasetDict, a .jsonl/.json/.parquet/.cs
     if builder is None:
         raise ValueError(f"`dataset` file {str(p)!r} has suffix {p.suffix!r}; supported: {', '.join(DATA_SUFFIXES)} "
                          "or a `save_to_disk` directory")
+    check_data_file(p)
     quiet = not are_progress_bars_disabled()   # no "Generating train split" bar on the user's stderr
     if quiet: disable_progress_bars()
-    try: ds = load_dataset(builder, data_files=str(p), split="train")
+    try: ds = load_dataset(builder, data_files=str(p), split="train", cache_dir=cache_dir)
     except Exception as e:
         raise ValueError(f"`dataset` file {str(p)!r} could not be read as {builder}: {type(e).__name__}: {_first_line(e)}") from e
     finally:
@@ -107,12 +171,13 @@ def load_dataset_splits(source,  # a Dataset, a DatasetDict, a .jsonl/.json/.par
                         seed:int=0,  # seed of the held-out draw
                         test_split:str="test",  # name of the split (or value of `split_column`) that marks the test rows
                         split_column:str|None=None,  # a column whose value `test_split` marks test rows (instead of a held-out draw)
+                        cache_dir:str|None=None,  # where `datasets` keeps its copy of a data file (the trainer: under `rl_notes.cache.cache_dir`)
                        ) -> tuple[Dataset, Dataset]:
     "`(train, test)`: the source's test split when it has one, else a seeded held-out fraction of its rows."
     if isinstance(test_frac, bool) or not isinstance(test_frac, numbers.Real) or not 0 < test_frac < 1:
         raise ValueError(f"`test_frac` must be a number in (0, 1), got {test_frac!r}")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0: raise ValueError(f"`seed` must be an int >= 0, got {seed!r}")
-    data, what = read_source(source)
+    data, what = read_source(source, cache_dir)
     if isinstance(data, DatasetDict):
         names = list(data)
         others = [n for n in names if n != test_split]  # candidates for training
@@ -221,6 +286,26 @@ def load_reward_function(spec,  # a callable, "package.module:function" or "path
     if not callable(obj): raise RewardFunctionError(f"reward function {spec!r}: {attr!r} is {_describe(obj)}, not callable")
     return obj
 
+# %% ../nbs/09_data.ipynb #0f2467e4
+def _copies(prompts:list, completions:list, columns:dict) -> dict:
+    "TRL's keyword arguments, each item a deep copy of its own: a function that edits a prompt (a judge's `prompt.append(...)`) changes only that copy."
+    own = lambda xs: [copy.deepcopy(x) for x in xs]   # group members share one prompt object in the rows; here each has its own
+    return dict(prompts=own(prompts), completions=own(completions), **{k: own(v) for k, v in columns.items()})
+
+def _failing_item(fn, prompts:list, completions:list, columns:dict) -> int|None:
+    "The first completion on which `fn`, called on that one alone, raises (or exits); None when each alone passes."
+    for j in range(len(prompts)):
+        try:
+            out = fn(**_copies(prompts[j:j + 1], completions[j:j + 1], {k: v[j:j + 1] for k, v in columns.items()}))
+            if inspect.isawaitable(out): _await(out)
+        except (Exception, SystemExit): return j
+    return None
+
+def _raised(e:BaseException) -> str:
+    "What a reward function did: `raised KeyError: ...`, or `called sys.exit(3)`."
+    if isinstance(e, SystemExit): return f"called sys.exit({e.code!r})"
+    return f"raised {type(e).__name__}: {_first_line(e)}"
+
 # %% ../nbs/09_data.ipynb #d26adfdd
 F32_MAX = torch.finfo(torch.float32).max  # larger magnitudes become inf in the (B,) float32 reward
 
@@ -236,15 +321,17 @@ def _await(aw):
     except RuntimeError: return asyncio.run(run())
     with concurrent.futures.ThreadPoolExecutor(1) as ex: return ex.submit(asyncio.run, run()).result()
 
-def _call(kind:str, name:str, fn, prompts:list, completions:list, columns:dict) -> list:
-    "Call one function with TRL's keyword arguments; its result as a list of B items."
+def _call(kind:str, name:str, fn, prompts:list, completions:list, columns:dict, group_size:int=1) -> list:
+    "Call one function with TRL's keyword arguments (deep copies); its result as a list of B items."
     B = len(prompts)
     try:
-        out = fn(prompts=list(prompts), completions=list(completions), **{k: list(v) for k, v in columns.items()})
+        out = fn(**_copies(prompts, completions, columns))
         if inspect.isawaitable(out): out = _await(out)  # an async reward function (TRL accepts those too)
-    except Exception as e:
-        raise RewardFunctionError(f"{kind} `{name}` raised {type(e).__name__}: {_first_line(e)} (called on a batch of "
-                                  f"{B} completions with columns {list(columns)})") from e
+    except (Exception, SystemExit) as e:   # sys.exit in a reward function ends nothing but the step
+        j = _failing_item(fn, prompts, completions, columns) if B > 1 else 0
+        at = "" if j is None else f"; it fails on completion {j} (row {j // group_size}, prompt {_preview(prompts[j])})"
+        raise RewardFunctionError(f"{kind} `{name}` {_raised(e)} (called on a batch of "
+                                  f"{B} completions with columns {list(columns)}){at}") from e
     if isinstance(out, (list, tuple)): out = list(out)
     elif getattr(out, "ndim", None) == 1 and hasattr(out, "tolist"): out = out.tolist()  # a 1-D numpy array or tensor
     else: raise RewardFunctionError(f"{kind} `{name}` returned {_describe(out)}; expected a list of {B} values, one per completion")
@@ -328,6 +415,13 @@ def _flag(name:str, v, j:int, prompts:list, group_size:int) -> bool:
                                   f"prompt {_preview(prompts[j])}); expected a bool")
     return bool(v)
 
+# %% ../nbs/09_data.ipynb #cd508808
+def _overflow(rs, R:torch.Tensor, j:int, prompts:list, group_size:int):
+    "Raise: the weighted sum of finite rewards overflowed float32 for completion `j` (R: (B, K) per function)."
+    terms = {n: (float(R[j, k]), w) for k, (n, w) in enumerate(zip(rs.names, rs.weights))}
+    raise RewardFunctionError(f"the weighted sum of the rewards overflows float32 for completion {j} (row {j // group_size}, "
+                              f"prompt {_preview(prompts[j])}): (value, weight) per function {terms}; scale the rewards or weights down")
+
 # %% ../nbs/09_data.ipynb #58839127
 class RewardSet:
     "Reward functions with TRL's `GRPOTrainer` signature, combined with weights; optional `parsed` flags per sample."
@@ -355,12 +449,13 @@ class RewardSet:
         B, G = len(prompts), group_size
         per_func = {}
         for name, fn in zip(self.names, self.funcs):
-            out = _call("reward function", name, fn, prompts, completions, columns) if B else []
+            out = _call("reward function", name, fn, prompts, completions, columns, G) if B else []
             per_func[name] = torch.tensor([_value("reward function", name, v, j, prompts, G) for j, v in enumerate(out)],
                                           dtype=torch.float32)  # (B,)
         R = torch.stack(list(per_func.values()), dim=1)  # (B, K)
         # $r_j = \sum_k w_k r_{jk}$ over the functions that did not return None (TRL: nansum)
         reward = (R * torch.tensor(self.weights, dtype=torch.float32).unsqueeze(0)).nansum(dim=1)  # (B,)
+        if B and not (fin := torch.isfinite(reward)).all(): _overflow(self, R, int((~fin).nonzero()[0, 0]), prompts, G)
         if B and (unscored := torch.isnan(R).all(dim=1)).any():
             j = int(unscored.nonzero()[0, 0])
             warnings.warn(f"every reward function returned None for {int(unscored.sum())} of {B} completions (first: "
@@ -368,7 +463,7 @@ class RewardSet:
         parsed = None
         if self.parsed is not None:
             name = reward_name(self.parsed)
-            out = _call("parsed function", name, self.parsed, prompts, completions, columns) if B else []
+            out = _call("parsed function", name, self.parsed, prompts, completions, columns, G) if B else []
             parsed = torch.tensor([_flag(name, v, j, prompts, G) for j, v in enumerate(out)], dtype=torch.bool)  # (B,)
         return {"reward": reward, "per_func": per_func, "parsed": parsed}
 

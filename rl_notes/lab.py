@@ -7,7 +7,7 @@ from __future__ import annotations
 import json, sys, time, hashlib, subprocess
 from pathlib import Path
 from safetensors.torch import load_model as st_load_model
-from .trainer import TrainConfig, RUN_CONTROL, train
+from .trainer import TrainConfig, RUN_CONTROL, train, content_fingerprints
 from .models import load_model
 from .sft import SFTConfig, sft_config, sft_train
 from .rollout import sample_eval
@@ -26,10 +26,11 @@ LAB_LOCK = ".lab.lock"  # the lock `lab_job` holds on a run directory while it w
 LAB_BUSY = 75  # exit status of a `lab_job` that found its run held by another live process
 
 def _lab_key(cfg:TrainConfig, code:str) -> str:
-    "The hash of every field of `cfg` that changes what is computed (not `RUN_CONTROL`) and of `code`."
+    "The hash of every field of `cfg` that changes what is computed (not `RUN_CONTROL`), of the user files' content, and of `code`."
     d = cfg.to_dict()
     # `critic_init` only when set, so adding that field did not change the key of runs without it
     ident = {k: v for k, v in d.items() if k not in RUN_CONTROL and not (k == "critic_init" and v is None)}
+    if (user := content_fingerprints(cfg, model=False)): ident["content"] = user   # a dataset's or reward file's content; none for built-in tasks
     return hashlib.sha256(json.dumps([ident, {"code": code}], sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 def lab_key(cfg:TrainConfig) -> str:

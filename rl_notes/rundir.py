@@ -4,13 +4,39 @@
 
 # %% ../nbs/13a_rundir.ipynb #51958ba4
 from __future__ import annotations
-import os, json, time, shutil, socket, warnings
+import os, json, math, time, shutil, socket, fnmatch, warnings, importlib.metadata
 from pathlib import Path
 from .checkpoint import (CheckpointError, _fsync_dir, recover_dir, complete_dir, begin_dir, seal_dir, commit_dir, read_json,
                                  write_json_atomic, read_state, save_checkpoint, load_checkpoint, weights_file)
 
 # %% auto #0
-__all__ = ['RUN_MODES', 'MetricsLog', 'RunLock', 'run_mode', 'RunDir']
+__all__ = ['RUN_MARKER', 'RUN_FILES', 'RUNNER_FILES', 'RUN_MODES', 'strict_row', 'MetricsLog', 'RunLock', 'read_marker',
+           'foreign', 'run_files', 'claim_dir', 'run_mode', 'RunDir']
+
+# %% ../nbs/13a_rundir.ipynb #34142ef3
+def strict_row(row:dict) -> dict:
+    "`row` with every non-finite float set to None (strict JSON has no NaN or Infinity), with a warning naming those metrics."
+    bad = sorted(k for k, v in row.items() if isinstance(v, float) and not math.isfinite(v))
+    if not bad: return row
+    warnings.warn(f"metric(s) {bad} of step {row.get('step')} are not finite ({[row[k] for k in bad]}); written as null")
+    return {k: None if k in bad else v for k, v in row.items()}
+
+def _json_line(row:dict) -> bytes: return (json.dumps(strict_row(row), allow_nan=False) + "\n").encode()
+
+def _append_bytes(path:Path, data:bytes, what:str):
+    "Append `data` and fsync; a failed write (a full disk) is cut back to the old size, so the file keeps only whole lines."
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        size = os.fstat(fd).st_size
+        try:
+            view = memoryview(data)
+            while view: view = view[os.write(fd, view):]
+            os.fsync(fd)
+        except OSError as e:
+            try: os.ftruncate(fd, size); os.fsync(fd)
+            except OSError: pass
+            raise OSError(e.errno, f"{e.strerror or e}: could not append {what} to {path}; the rows before it are intact") from e
+    finally: os.close(fd)
 
 # %% ../nbs/13a_rundir.ipynb #875a0eee
 class MetricsLog:
@@ -41,8 +67,8 @@ class MetricsLog:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         try:
-            with open(tmp, "w") as f:
-                f.writelines(json.dumps(r) + "\n" for r in rows); f.flush(); os.fsync(f.fileno())
+            with open(tmp, "wb") as f:
+                f.writelines(_json_line(r) for r in rows); f.flush(); os.fsync(f.fileno())
             os.replace(tmp, self.path)
         except BaseException:
             tmp.unlink(missing_ok=True); raise
@@ -59,11 +85,10 @@ class MetricsLog:
         with open(self.path, "r+b") as f: f.truncate(keep); f.flush(); os.fsync(f.fileno())
 
     def append(self, row:dict):
-        "Append one row as a line; flushed and fsynced before returning."
+        "Append one row as a line; flushed and fsynced before returning (a write the disk refuses leaves the earlier rows whole)."
         if not self._tail_checked: self._drop_partial_tail()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "a") as f:
-            f.write(json.dumps(row) + "\n"); f.flush(); os.fsync(f.fileno())
+        _append_bytes(self.path, _json_line(row), f"the metric row of step {row.get('step')}")
 
 # %% ../nbs/13a_rundir.ipynb #720b3279
 def _proc_start(pid:int) -> str|None:
@@ -145,6 +170,66 @@ class RunLock:
     def __enter__(self): return self.acquire()
     def __exit__(self, *exc): self.release()
 
+# %% ../nbs/13a_rundir.ipynb #99ebd16a
+RUN_MARKER = ".rl_notes_run"  # written by `prepare`: the rl_notes version and the names of a run's files (what overwrite may delete)
+RUN_FILES = ("config.json", "metrics.jsonl", "ckpt", "done.json", "log.txt", "tensorboard", "eval-*.json")  # a run's names (patterns)
+RUNNER_FILES = ("job.json", "log.txt")  # the experiment runner writes these before the run opens the directory; overwrite keeps job.json
+
+def _version() -> str:
+    try: return importlib.metadata.version("rl_notes")
+    except importlib.metadata.PackageNotFoundError: return "unknown"   # run from a source tree
+
+def _is_lock(name:str) -> bool: return name.startswith(".lock") or name.endswith(".lock")   # .lock, .lab.lock, .lock.stale-*
+
+def _base(name:str) -> str:
+    "The name a leftover stands for: `X.old` / `X.tmp` of a checkpoint swap, `.X.<pid>.tmp` of an atomic write."
+    if name.startswith(".") and name.endswith(".tmp"): return name[1:-4].rsplit(".", 1)[0]
+    return name[:-4] if name.endswith((".old", ".tmp")) else name
+
+def read_marker(d) -> dict|None:
+    "The run marker of directory `d`: {'rl_notes': version, 'files': [patterns]}, or None when there is none."
+    f = Path(d) / RUN_MARKER
+    if not f.is_file(): return None
+    m = read_json(f, "run marker")
+    if not (isinstance(m.get("files"), list) and all(isinstance(p, str) for p in m["files"])):
+        raise CheckpointError(f"corrupt {f}: `files` must be a list of names")
+    return m
+
+def _legacy_run(d:Path) -> bool:
+    "A run directory of a version before the marker: a run's config.json (it names `out_dir`) or a checkpoint's state.json."
+    for f, keys in ((d / "config.json", {"out_dir", "algo"}), (d / "ckpt" / "state.json", {"version", "step", "config"})):
+        try: obj = json.loads(f.read_text())
+        except (OSError, ValueError): continue
+        if isinstance(obj, dict) and keys <= set(obj): return True
+    return False
+
+def foreign(d) -> list[str]:
+    "The entries of directory `d` that no rl_notes run wrote; [] for a run directory, an empty one, or one with only a lock or a job."
+    d = Path(d)
+    if not d.is_dir() or read_marker(d) is not None or _legacy_run(d): return []
+    return sorted(p.name for p in d.iterdir() if not _is_lock(p.name) and p.name not in RUNNER_FILES)
+
+def _looks_like(names:list[str]) -> str:
+    "What a foreign directory seems to hold, for the error message."
+    if "config.json" in names and any(n.endswith((".safetensors", ".bin", ".pt", ".pth")) or n.endswith(".index.json") for n in names):
+        return "a model (config.json and weights)"
+    if {"state.json", "dataset_info.json", "dataset_dict.json"} & set(names): return "a saved dataset"
+    return "files that rl_notes did not write"
+
+def run_files(d, keep=()) -> list[str]:
+    "The entries of run directory `d` that a previous run wrote (the marker's names, their `.old` / `.tmp` leftovers): what overwrite deletes."
+    m = read_marker(d); pats = m["files"] if m else RUN_FILES
+    return sorted(p.name for p in Path(d).iterdir() if p.name not in keep and p.name != RUN_MARKER and not _is_lock(p.name)
+                  and any(fnmatch.fnmatchcase(_base(p.name), q) for q in pats))
+
+def claim_dir(d):
+    "Refuse a directory that holds anything an rl_notes run did not write; else (re)write its run marker."
+    if (alien := foreign(d)):
+        shown = ", ".join(alien[:4]) + (f", ... ({len(alien)} entries)" if len(alien) > 4 else "")
+        raise CheckpointError(f"out_dir {str(d)!r} holds {_looks_like(alien)} ({shown}), not a run of rl_notes; nothing there was "
+                              "changed: choose a new or empty directory (a run writes and deletes only its own files)")
+    write_json_atomic(Path(d) / RUN_MARKER, {"rl_notes": _version(), "files": list(RUN_FILES)})
+
 # %% ../nbs/13a_rundir.ipynb #7b65f4be
 RUN_MODES = ("fresh", "resume", "overwrite")
 
@@ -160,7 +245,7 @@ def _rm(p:Path):
 class RunDir:
     "A run directory: its file names, its lock, its metrics log, its checkpoint, and the protocol to start, resume or replace a run."
     CONFIG, METRICS, CKPT, DONE, LOG, JOB = "config.json", "metrics.jsonl", "ckpt", "done.json", "log.txt", "job.json"
-    MARKERS = ("metrics.jsonl", "ckpt", "done.json", "state.json")  # what a previous run leaves (or the .old / .tmp of them)
+    MARKERS = ("metrics.jsonl", "ckpt", "done.json")  # what a previous run leaves (or the .old / .tmp of them)
     RESET = ("config.json", "log.txt")  # further files of a run that "overwrite" deletes
     def __init__(self,
                  path,  # the run directory (created by `prepare`)
@@ -197,6 +282,7 @@ class RunDir:
         d = self.path
         if d.exists() and not d.is_dir(): raise CheckpointError(f"out_dir {str(d)!r} exists and is not a directory")
         d.mkdir(parents=True, exist_ok=True)
+        claim_dir(d)                                                           # a model, a dataset, a user's files: refused
         if mode == "resume":
             if not self.has_checkpoint() and self.metrics.read():
                 raise CheckpointError(f"resume=True but {str(self.ckpt)!r} holds no checkpoint (none to recover either) while "
@@ -208,7 +294,7 @@ class RunDir:
         if mode == "fresh":
             raise CheckpointError(f"{d} holds a previous run ({', '.join(found)}); pass resume=True (--resume) to continue it "
                                   f"or overwrite=True (--overwrite) to replace it")
-        for n in found + [a for a in self.RESET if a not in keep and (d / a).exists()]: _rm(d / n)
+        for n in run_files(d, keep): _rm(d / n)                               # only what a run of rl_notes wrote
 
     def open(self, mode:str, keep=()) -> RunDir:
         "Take the lock, then `prepare(mode)` (the lock is released again if that fails); use as `with rd.open(mode):`."

@@ -4,7 +4,7 @@
 
 # %% ../nbs/14_trainer.ipynb #7bfa91ff
 from __future__ import annotations
-import os, math, time, copy, random, hashlib, dataclasses, contextlib
+import os, sys, json, math, time, copy, random, signal, hashlib, warnings, threading, dataclasses, contextlib, importlib.util
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 from typing import Callable, Literal
@@ -20,18 +20,21 @@ from .family import (rloo_advantages, reinforce_pp_advantages, gspo_loss, cispo_
                              high_entropy_mask, clip_cov_mask, accelerate_gather)
 from .data import RewardSet, load_dataset_splits, render_prompts, reward_spec
 from .tasks import get_task
-from .models import load_model, load_reward_model, apply_lora, enable_gradient_checkpointing, _quiet_hf
+from .models import load_model, load_tokenizer, load_reward_model, apply_lora, enable_gradient_checkpointing, _quiet_hf
 from .rollout import Rollout, NonFiniteLogits, generate, response_logprobs, evaluate
 from .configs import validate_config
 from .rundir import RunDir, RunLock, run_mode
+from .checkpoint import CheckpointError
+from .cache import cache_dir, content_sha256
 
 # %% auto #0
-__all__ = ['PRESETS', 'ADVANTAGE_ESTIMATORS', 'CRITIC_ESTIMATORS', 'POLICY_LOSSES', 'TOKEN_MODIFIERS', 'RUN_CONTROL', 'Algo',
-           'get_algo', 'Batch', 'make_batch', 'adv_group', 'adv_group_mean', 'adv_gae', 'adv_correct', 'adv_rloo',
-           'adv_reinforce_pp', 'loss_clip', 'loss_nll', 'loss_gspo', 'loss_cispo', 'loss_kl_cov', 'Tokens', 'mod_tis',
-           'mod_entropy', 'mod_clip_cov', 'modify_tokens', 'TrainConfig', 'Meter', 'heldout_eval', 'TrainingDiverged',
-           'seed_everything', 'Run', 'setup', 'collect', 'advantages', 'update', 'Reporter', 'heldout', 'eval_due',
-           'log_row', 'checkpoint', 'value_pretrain_step', 'train']
+__all__ = ['PRESETS', 'ADVANTAGE_ESTIMATORS', 'CRITIC_ESTIMATORS', 'POLICY_LOSSES', 'TOKEN_MODIFIERS', 'RUN_CONTROL',
+           'PATH_FIELDS', 'Algo', 'get_algo', 'Batch', 'make_batch', 'adv_group', 'adv_group_mean', 'adv_gae',
+           'adv_correct', 'adv_rloo', 'adv_reinforce_pp', 'loss_clip', 'loss_nll', 'loss_gspo', 'loss_cispo',
+           'loss_kl_cov', 'Tokens', 'mod_tis', 'mod_entropy', 'mod_clip_cov', 'modify_tokens', 'TrainConfig', 'Meter',
+           'heldout_eval', 'TrainingDiverged', 'seed_everything', 'Run', 'preflight', 'content_fingerprints',
+           'check_content', 'setup', 'collect', 'advantages', 'update', 'Reporter', 'heldout', 'eval_due', 'log_row',
+           'checkpoint', 'value_pretrain_step', 'StopRequest', 'train']
 
 # %% ../nbs/14_trainer.ipynb #2efb1170
 def _f(default, **rules):
@@ -285,7 +288,7 @@ def modify_tokens(algo:Algo, t:Tokens) -> tuple[torch.Tensor, torch.Tensor|None]
 
 # %% ../nbs/14_trainer.ipynb #abe3bf9a
 # fields that may change between a run and its resumption (they do not change what is computed)
-RUN_CONTROL = ("steps", "resume", "overwrite", "stop_at", "save_every", "progress", "out_dir", "threads")
+RUN_CONTROL = ("steps", "resume", "overwrite", "stop_at", "save_every", "progress", "out_dir", "threads", "accept_changed")
 
 def _dataset_arg(v) -> str|None:
     "A `check` for `TrainConfig.dataset`: None, a path, or a `datasets.Dataset` / `DatasetDict` (anything with `column_names`)."
@@ -350,6 +353,7 @@ class TrainConfig:
     out_dir: str = _f("runs/run", check=_dir_path)  # metrics.jsonl, config.json and ckpt/ go here
     resume: bool = False  # continue from out_dir/ckpt if it exists
     overwrite: bool = False  # replace a previous run found in out_dir (without it, starting over one is refused)
+    accept_changed: bool = False  # resume although the dataset, a reward file or the model changed since the checkpoint (their content hash differs)
     stop_at: int|None = _f(None, ge=0)  # stop after this step without the final checkpoint, as if killed (for tests)
     threads: int|None = _f(None, ge=1)  # torch.set_num_threads; None: leave as is
     progress: bool = True  # tqdm progress bar
@@ -368,6 +372,9 @@ class TrainConfig:
         if a.soft_overlong and a.cache_len > self.max_new_tokens:
             raise ValueError(f"Algo.cache_len ({a.cache_len}) must be <= TrainConfig.max_new_tokens ({self.max_new_tokens}) for the soft overlong punishment")
         if self.n_prompts % self.n_minibatches: raise ValueError(f"TrainConfig.n_prompts ({self.n_prompts}) must be divisible by n_minibatches ({self.n_minibatches})")
+        if self.dtype == "float16" and not self.lora_r:
+            raise ValueError("TrainConfig.dtype='float16' trains every weight in float16, where AdamW's epsilon (1e-8) underflows to 0 and "
+                             "weights with tiny gradients become NaN; use dtype='bfloat16' (--dtype bfloat16) or LoRA (--lora-r R)")
         if self.resume and self.overwrite: raise ValueError("TrainConfig.resume and overwrite exclude each other: continue the previous run, or replace it")
         if self.reward_weights is not None and len(self.reward_weights) != len(self.reward or []):
             raise ValueError(f"TrainConfig.reward_weights has {len(self.reward_weights)} weights for {len(self.reward or [])} reward functions")
@@ -458,6 +465,7 @@ class Run:
     lock: RunLock|None = None  # held by the main process while the run is open
     rewards: RewardSet|None = None  # scores the responses: the task's verifier or the configured reward functions
     reporter: object = None  # `Reporter` of the main process (TensorBoard / trackio), or None
+    content: dict = field(default_factory=dict)  # content sha256 of what the run reads (`content_fingerprints`), kept in each checkpoint
 
     def __post_init__(self):
         acc = self.acc
@@ -507,7 +515,7 @@ def _data(cfg:TrainConfig, task) -> tuple[list, list, RewardSet]:
         tr, te = task.splits(cfg.n_train, max(cfg.n_eval, 1), seed=cfg.seed)
         train_rows, test_rows, where = tr.to_list(), te.to_list()[:cfg.n_eval], f"task {cfg.task!r}"
     else:
-        tr, te = load_dataset_splits(cfg.dataset, seed=cfg.seed)
+        tr, te = load_dataset_splits(cfg.dataset, seed=cfg.seed, cache_dir=str(cache_dir("datasets")))   # datasets' copy under the one cache root
         name = cfg.dataset if isinstance(cfg.dataset, str) else _dataset_label(cfg.dataset)
         train_rows, test_rows, where = tr.to_list()[:cfg.n_train], te.to_list()[:cfg.n_eval], f"TrainConfig.dataset {name!r}"
     if cfg.reward: rewards = RewardSet(cfg.reward, cfg.reward_weights)
@@ -519,6 +527,100 @@ def _data(cfg:TrainConfig, task) -> tuple[list, list, RewardSet]:
     if len(train_rows) < cfg.n_prompts:
         raise ValueError(f"{where} holds {len(train_rows)} training prompts, fewer than TrainConfig.n_prompts ({cfg.n_prompts})")
     return train_rows, test_rows, rewards
+
+# %% ../nbs/14_trainer.ipynb #05fd2845
+_EXTRAS = (("peft", "lora", lambda c: c.lora_r > 0, "TrainConfig.lora_r > 0 (LoRA)"),
+           ("math_verify", "math", lambda c: c.task == "math" and not c.reward, "task 'math' (its verifier)"))  # (module, extra, needed?, by what)
+
+def _model_config(path:str) -> dict:
+    "The fields of a model directory's config.json that the checks read (a multimodal config's `text_config`); {} if unreadable."
+    try: c = json.loads((Path(path) / "config.json").read_text())
+    except (OSError, ValueError): return {}
+    return {**c.get("text_config", {}), **c} if isinstance(c, dict) else {}
+
+def _prompt_texts(tok, rows:list, where:str) -> list[str]:
+    "Every row's prompt as the model will see it; a chat template that fails names the row."
+    try: return render_prompts(tok, [r["prompt"] for r in rows])[0]
+    except ValueError: raise
+    except Exception:
+        for i, r in enumerate(rows):
+            try: render_prompts(tok, [r["prompt"]])
+            except Exception as e:
+                raise ValueError(f"{where} {i}: the chat template fails on it ({str(r['prompt'])[:60]!r}...): {type(e).__name__}: "
+                                 f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}") from e
+        raise
+
+def preflight(cfg:TrainConfig, train_rows:list, test_rows:list):
+    "Before any weights load: optional packages, the tokenizer against the model, every prompt rendered, empty and too-long prompts, reward weights."
+    for mod, extra, needed, what in _EXTRAS:
+        if needed(cfg) and importlib.util.find_spec(mod) is None: raise ValueError(f'{what} needs the {mod} package: pip install "rl_notes[{extra}]"')
+    tok, mc = load_tokenizer(cfg.model), _model_config(cfg.model)
+    V, limit = mc.get("vocab_size"), mc.get("max_position_embeddings") or mc.get("n_positions")
+    if isinstance(V, int) and len(tok) > V:
+        raise ValueError(f"--model {cfg.model!r}: its tokenizer has {len(tok)} tokens but the model's embedding only {V} rows (vocab_size); "
+                         "ids past it cannot be looked up: a tokenizer from another model?")
+    if isinstance(limit, int) and cfg.max_new_tokens >= limit:
+        raise ValueError(f"TrainConfig.max_new_tokens ({cfg.max_new_tokens}) leaves no room for a prompt: the model has {limit} positions (max_position_embeddings)")
+    for rows, where in ((train_rows, "training prompt"), (test_rows, "held-out prompt")):
+        if not rows: continue
+        texts = _prompt_texts(tok, rows, where)
+        if (i := next((i for i, t in enumerate(texts) if not t.strip()), None)) is not None:
+            raise ValueError(f"{where} {i} is empty: {rows[i]['prompt']!r}")
+        if isinstance(limit, int):
+            L = [len(x) for x in tok(texts, add_special_tokens=isinstance(rows[0]["prompt"], str))["input_ids"]]
+            i = max(range(len(L)), key=L.__getitem__)
+            if L[i] + cfg.max_new_tokens > limit:
+                raise ValueError(f"{where} {i} has {L[i]} tokens ({len(texts[i])} characters); with TrainConfig.max_new_tokens "
+                                 f"({cfg.max_new_tokens}) that is {L[i] + cfg.max_new_tokens} positions, more than the model's {limit} "
+                                 "(max_position_embeddings): shorten or drop the long prompts, or lower --max-new-tokens")
+    w = cfg.reward_weights or []
+    if w and all(x == 0 for x in w): raise ValueError(f"TrainConfig.reward_weights are all 0 ({w}): every reward would be 0 and nothing is learned")
+    for s, x in zip(cfg.reward or [], w):
+        if x == 0: warnings.warn(f"reward function {reward_spec(s)!r} has weight 0: it is logged but does not change the reward")
+
+# %% ../nbs/14_trainer.ipynb #237cf108
+PATH_FIELDS = ("model", "dataset", "reward", "critic_init")  # compared by content on resume (`content_fingerprints`), not as spelled
+
+def _reward_file(spec) -> tuple[str, str]|None:
+    "(file, function) of a 'path/file.py:function' spec; None for a module spec or a callable."
+    if not isinstance(spec, str): return None
+    target, _, attr = spec.rpartition(":")
+    return (target, attr) if target.endswith(".py") or "/" in target or os.sep in target else None
+
+def content_fingerprints(cfg:TrainConfig,
+                         model:bool=True,  # include the model (and critic_init) directory
+                        ) -> dict:
+    "Content sha256 of what the run reads: the dataset, each reward file (a module spec as written), the model's files."
+    out = {}
+    if isinstance(cfg.dataset, str): out["dataset"] = content_sha256(cfg.dataset)
+    elif cfg.dataset is not None: out["dataset"] = _dataset_label(cfg.dataset)
+    for i, s in enumerate(cfg.reward or []):
+        rf = _reward_file(s)
+        out[f"reward[{i}]"] = f"{content_sha256(rf[0])}:{rf[1]}" if rf and os.path.isfile(rf[0]) else reward_spec(s)
+    if model:
+        out["model"] = content_sha256(cfg.model)
+        if cfg.critic_init and os.path.isdir(cfg.critic_init): out["critic_init"] = content_sha256(cfg.critic_init)   # a missing one: `load_reward_model` says so
+    return out
+
+def _resolved(d:dict) -> dict:
+    "The path fields of a config dict with their paths resolved (a checkpoint without content hashes is compared so)."
+    real = lambda p: os.path.realpath(p) if isinstance(p, str) else p
+    rw = lambda s: (lambda f: f"{real(f[0])}:{f[1]}" if f else s)(_reward_file(s))
+    return {"model": real(d.get("model")), "dataset": real(d.get("dataset")), "critic_init": real(d.get("critic_init")),
+            "reward": [rw(s) for s in d.get("reward") or []]}
+
+def check_content(run:Run, st:dict):
+    "Refuse to resume on other content than the checkpoint's (one error naming what changed), unless `accept_changed`."
+    before, cfg = (st.get("extra") or {}).get("content"), run.cfg
+    if before is None: a, b = _resolved(st["config"]), _resolved(cfg.to_dict())
+    else: a, b = before, run.content
+    changed = [k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    if not changed: return
+    k = changed[0]
+    what = f"sha256 {str(a.get(k))[:12]} -> {str(b.get(k))[:12]}" if before is not None else f"{a.get(k)!r} -> {b.get(k)!r}"
+    if cfg.accept_changed: warnings.warn(f"resuming on changed {', '.join(changed)} (accept_changed=True)"); return
+    raise CheckpointError(f"cannot resume from {run.ckpt!r} (step {st['step']}): {', '.join(changed)} changed since that checkpoint "
+                          f"was written ({k}: {what}); pass --accept-changed (TrainConfig.accept_changed) to continue on the new content, or start a new run")
 
 # %% ../nbs/14_trainer.ipynb #3b8fa176
 def _on_main(acc, fn):
@@ -539,7 +641,8 @@ def _open_dir(run:Run):
     _on_main(run.acc, claim)
     rows = []
     if cfg.resume and run.dir.ckpt.is_dir():
-        st, rows = run.dir.resume(cfg, run.acc, run.policy, run.opt, run.critic, run.copt, ignore=RUN_CONTROL)
+        check_content(run, run.dir.state())                            # the files it reads compared by content, not by spelling
+        st, rows = run.dir.resume(cfg, run.acc, run.policy, run.opt, run.critic, run.copt, ignore=RUN_CONTROL + PATH_FIELDS)
         run.start = run.saved = st["step"]
     if run.main:
         run.dir.begin(rows, config=cfg.to_dict())                      # atomic: a kill leaves the old files or the new ones
@@ -564,7 +667,8 @@ def setup(cfg:TrainConfig,  # the run
     seed_everything(cfg.seed)
     task = get_task(cfg.task, **cfg.task_kw)
     train_rows, test_rows, rewards = _data(cfg, task)
-    run = Run(cfg, accelerator, task, train_rows, test_rows, rewards=rewards, **_models(cfg, accelerator))
+    preflight(cfg, train_rows, test_rows)                # what would fail later, found before any weights load
+    run = Run(cfg, accelerator, task, train_rows, test_rows, rewards=rewards, content=content_fingerprints(cfg), **_models(cfg, accelerator))
     render_prompts(run.tok, [train_rows[0]["prompt"]])   # chat messages and a tokenizer without a chat template: refused before any work
     try: _open_dir(run)
     except BaseException: run.close(); raise
@@ -824,7 +928,7 @@ def checkpoint(run:Run, step:int):
     models = [m for m in (run.policy, run.critic) if m is not None]
     if not all(bool(torch.isfinite(p).all()) for m in models for p in m.parameters()):
         raise TrainingDiverged(f"training diverged at step {step}: the weights are not finite; not saved, {_kept(run)}")
-    run.dir.save(step, cfg, run.acc, run.policy, run.opt, run.critic, run.copt)
+    run.dir.save(step, cfg, run.acc, run.policy, run.opt, run.critic, run.copt, extra={"content": run.content})
     run.saved = step
 
 def value_pretrain_step(run:Run, k:int, mt:Meter):
@@ -839,6 +943,28 @@ def value_pretrain_step(run:Run, k:int, mt:Meter):
     _optimizer_step(run, f"{k + 1} of value pre-training", "value", run.critic, run.copt, vl)
     mt.add("value_loss", vl.detach(), 1)
     mt.put("explained_var", _explained_var(run, [values.detach()], [m["returns"]], [batch.mask]))
+
+# %% ../nbs/14_trainer.ipynb #25038230
+class StopRequest:
+    "`with StopRequest(on) as stop:` the first Ctrl-C (SIGINT) sets `stop.asked`, so the loop ends after its step with a checkpoint; a second one interrupts at once."
+    def __init__(self, on:bool=True): self.on, self.asked, self.old = on, False, None   # on: one process, in the main thread
+    def _handle(self, sig, frame):
+        if self.asked: raise KeyboardInterrupt
+        self.asked = True
+        print("rl_notes: Ctrl-C: stopping after this step, with a checkpoint (Ctrl-C again stops at once)", file=sys.stderr)
+    def __enter__(self):
+        if self.on and threading.current_thread() is threading.main_thread(): self.old = signal.signal(signal.SIGINT, self._handle)
+        return self
+    def __exit__(self, *exc):
+        if self.old is not None: signal.signal(signal.SIGINT, self.old); self.old = None
+
+def _stop(run:Run, step:int):
+    "After the step a Ctrl-C asked to stop at: its checkpoint (unless just written), then `KeyboardInterrupt`."
+    if run.saved != step:
+        models = [m for m in (run.policy, run.critic) if m is not None]
+        if all(bool(torch.isfinite(p).all()) for m in models for p in m.parameters()):
+            run.dir.save(step, run.cfg, run.acc, run.policy, run.opt, run.critic, run.copt, extra={"content": run.content}); run.saved = step
+    raise KeyboardInterrupt(f"stopped by Ctrl-C after step {step}")
 
 # %% ../nbs/14_trainer.ipynb #659114af
 @contextlib.contextmanager
@@ -859,7 +985,7 @@ def train(cfg:TrainConfig,  # the run
           accelerator=None,  # an `accelerate.Accelerator`; default: a new one (CPU, GPU or `accelerate launch` settings)
          ) -> list[dict]:  # the metric rows of this run (also in out_dir/metrics.jsonl)
     "Run (or resume) RL training; writes metrics.jsonl, config.json and checkpoints under `cfg.out_dir`."
-    with setup(cfg, accelerator) as run:
+    with setup(cfg, accelerator) as run, StopRequest(run.W == 1) as stop:   # data parallel: Ctrl-C stops every process at once, as before
         if run.start == 0: _first_rows(run)
         bar = tqdm(range(run.start + 1, cfg.steps + 1), desc=run.algo.name, disable=not (cfg.progress and run.main),
                    initial=run.start, total=cfg.steps)
@@ -872,5 +998,6 @@ def train(cfg:TrainConfig,  # the run
             log_row(run, {**row, "time_step": time.time() - t0})
             bar.set_postfix({k: f"{row[k]:.2f}" for k in ("acc", "resp_len", "heldout_acc") if row.get(k) is not None})
             checkpoint(run, step)
+            if stop.asked: _stop(run, step)
             if cfg.stop_at is not None and step >= cfg.stop_at: break
         return run.rows

@@ -187,22 +187,24 @@ def test_run_dir_modes(tmp_path):
     with pytest.raises(CheckpointError, match="holds no checkpoint .* refusing to restart silently"): rd.prepare("resume")   # rows, no checkpoint
     assert (run / "metrics.jsonl").exists()
     rd.prepare("overwrite")
-    assert sorted(p.name for p in run.iterdir()) == [".lock"]
+    assert sorted(p.name for p in run.iterdir()) == [".lock", ".rl_notes_run"]
     RunDir(tmp_path / "new").prepare("resume")                                            # resume with nothing there: fresh
     (tmp_path / "f").write_text("")
     with pytest.raises(CheckpointError, match="not a directory"): RunDir(tmp_path / "f").prepare("fresh")
     with pytest.raises(ValueError, match="exclude each other"): run_mode(True, True)
     with pytest.raises(ValueError, match="`mode` must be one of"): rd.prepare("append")
-    for m in ("ckpt.old", "state.json", "done.json"):
+    for m in ("ckpt.old", "done.json"):
         (run / m).mkdir() if m.startswith("ckpt") else (run / m).write_text("{}")
         with pytest.raises(CheckpointError, match="previous run"): rd.prepare("fresh")
         rd.prepare("overwrite")
     (run / "log.txt").write_text("x"); (run / "config.json").write_text("{}"); (run / "job.json").write_text("{}"); (run / "metrics.jsonl").write_text("")
     rd.prepare("overwrite", keep=("log.txt",))
-    assert sorted(p.name for p in run.iterdir()) == [".lock", "job.json", "log.txt"]    # the runner's job and (kept) log stay
+    assert sorted(p.name for p in run.iterdir()) == [".lock", ".rl_notes_run", "job.json", "log.txt"]    # the runner's job and (kept) log stay
     (run / "config.json").write_text("{}")
     for mode in ("fresh", "resume", "overwrite"): rd.prepare(mode)                       # no previous run: nothing is deleted
-    assert sorted(p.name for p in run.iterdir()) == [".lock", "config.json", "job.json", "log.txt"]
+    assert sorted(p.name for p in run.iterdir()) == [".lock", ".rl_notes_run", "config.json", "job.json", "log.txt"]
+    (run / "state.json").write_text("{}"); (run / "done.json").write_text("{}"); rd.prepare("overwrite")
+    assert (run / "state.json").exists() and not (run / "config.json").exists()          # state.json is no name a run writes: kept
 
 def test_run_dir_layout_lock_and_metrics(tmp_path):
     rd = RunDir(tmp_path / "r")

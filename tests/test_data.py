@@ -134,7 +134,7 @@ def test_loading_errors(tmp_path):
     with pytest.raises(ValueError, match=r"holes\.csv' row 1 column `prompt`"):
         load_dataset_splits(tmp_path / "holes.csv")                  # an empty csv cell is None, not a prompt
     (tmp_path / "bad.jsonl").write_text('{"prompt": "a"}\n{not json\n')
-    with pytest.raises(ValueError, match=r"bad\.jsonl' could not be read as json"):
+    with pytest.raises(ValueError, match=r"bad\.jsonl' line 2, column 2: not JSON \(Expecting property name"):   # the line, not a byte offset
         load_dataset_splits(tmp_path / "bad.jsonl")
     (tmp_path / "data.txt").write_text("a\n")
     with pytest.raises(ValueError, match=r"has suffix '\.txt'; supported: \.jsonl, \.json, \.parquet, \.csv"):

@@ -1,0 +1,285 @@
+"""Nothing of the user's is lost, and every failure is one line: `rl_notes train` on a tiny chat model, in this process
+(`rl_notes.cli.main`, as the console script calls it), each case checked for its one `rl_notes: error:` line, its exit
+status, and the hashes of the user's files before and after."""
+import errno, hashlib, json, os, shutil
+from pathlib import Path
+
+import pytest
+
+from rl_notes.cli import main
+
+REWARDS = '''
+import json, sys
+def says(prompts, completions, answer, **kw): return [float(a in c[0]["content"]) for c, a in zip(completions, answer)]
+def judge(prompts, completions, **kw):
+    for p in prompts: p.append({"role": "assistant", "content": "judge: grade this"})   # the LLM-judge pattern
+    return [0.0] * len(prompts)
+def turns(prompts, completions, **kw):
+    with open(__file__ + ".seen", "a") as f: f.write(json.dumps([len(p) for p in prompts]) + "\\n")
+    return [0.0] * len(prompts)
+def exits(prompts, completions, **kw): sys.exit(3)
+def one_row(prompts, completions, answer, **kw): return [1 / (int(a) % 2) for a in answer]   # fails on even answers
+def huge(prompts, completions, **kw): return [3e38] * len(prompts)
+def ctrl_c(prompts, completions, **kw): raise KeyboardInterrupt
+def sigint(prompts, completions, **kw):
+    import os, signal
+    if not os.path.exists(__file__ + ".sent"): open(__file__ + ".sent", "w").close(); os.kill(os.getpid(), signal.SIGINT)   # Ctrl-C during step 1
+    return [0.0] * len(prompts)
+'''
+
+
+def digest(path) -> dict:
+    "sha256 of every file under `path` (or of the file): what 'untouched' is checked against."
+    p = Path(path)
+    files = [p] if p.is_file() else sorted(f for f in p.rglob("*") if f.is_file())
+    return {str(f.relative_to(p) if p.is_dir() else f.name): hashlib.sha256(f.read_bytes()).hexdigest() for f in files}
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    "A tiny chat model directory, a conversational jsonl dataset and a file of reward functions."
+    from rl_notes.models import save_tiny_chat_model
+    root = tmp_path_factory.mktemp("safety")
+    save_tiny_chat_model(root / "model", vocab_size=300, hidden_size=32, num_layers=1)
+    with open(root / "chat.jsonl", "w") as f:
+        for i in range(16): f.write(json.dumps({"prompt": [{"role": "user", "content": f"What is {i}+1?"}], "answer": str(i + 1)}) + "\n")
+    (root / "rewards.py").write_text(REWARDS)
+    return root
+
+
+@pytest.fixture(autouse=True)
+def cache_root(tmp_path, monkeypatch):
+    monkeypatch.setenv("RL_NOTES_CACHE", str(tmp_path / "cache"))   # logs, content hashes and datasets' copies stay in the test
+    monkeypatch.setenv("TQDM_DISABLE", "1")
+    return tmp_path / "cache"
+
+
+def args(world, out, *extra, dataset=None, reward="says", model=None):
+    base = ["train", "--model", str(model or world / "model"), "--dataset", str(dataset or world / "chat.jsonl"),
+            "--steps", "2", "--n-prompts", "2", "--group-size", "2", "--max-new-tokens", "4", "--n-eval", "0", "--quiet",
+            "--threads", "1", "--out", str(out)]
+    rewards = [r for x in (reward if isinstance(reward, (list, tuple)) else [reward]) for r in ("--reward", f"{world}/rewards.py:{x}")]
+    return base + rewards + [str(e) for e in extra]
+
+
+def one_line(capsys, status, want, *msgs) -> str:
+    "The run's stderr is one `rl_notes: error:` line holding each of `msgs`, and the exit status is `want`."
+    err = capsys.readouterr().err
+    lines = [l for l in err.splitlines() if l.strip() and not l.lstrip().startswith(("warnings.warn", "/"))]   # warnings print their source line
+    lines = [l for l in lines if "Warning" not in l and not l.startswith("rl_notes: Ctrl-C:")]   # the notice at the first Ctrl-C
+    assert status == want, err
+    assert len(lines) == 1 and lines[0].startswith("rl_notes: error:"), err
+    for m in msgs: assert m in lines[0], lines[0]
+    return lines[0]
+
+
+# (1) the output directory belongs to the run
+
+@pytest.mark.parametrize("mode", [[], ["--overwrite"], ["--resume"]])
+def test_out_holding_a_model_is_refused(world, tmp_path, capsys, mode):
+    model = tmp_path / "model"; shutil.copytree(world / "model", model)
+    before = digest(model)
+    one_line(capsys, main(args(world, model, *mode, model=model)), 2, "holds a model (config.json and weights)", "nothing there was changed")
+    assert digest(model) == before
+
+
+def test_overwrite_never_deletes_what_a_run_did_not_write(world, tmp_path, capsys):
+    proj = tmp_path / "proj"; (proj / "ckpt").mkdir(parents=True); (proj / "ckpt" / "epoch9.pt").write_text("w")
+    one_line(capsys, main(args(world, proj, "--overwrite")), 2, "holds files that rl_notes did not write (ckpt)")
+    assert (proj / "ckpt" / "epoch9.pt").read_text() == "w"
+    from datasets import Dataset
+    Dataset.from_list([{"prompt": "1+1="}]).save_to_disk(str(tmp_path / "saved")); capsys.readouterr()   # its progress bar
+    before = digest(tmp_path / "saved")
+    one_line(capsys, main(args(world, tmp_path / "saved", "--overwrite")), 2, "holds a saved dataset")
+    assert digest(tmp_path / "saved") == before
+
+
+def test_overwrite_removes_only_the_runs_files(world, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(args(world, run, "--steps", "1")) == 0
+    (run / "notes.txt").write_text("mine")
+    assert main(args(world, run, "--steps", "1", "--overwrite")) == 0
+    assert (run / "notes.txt").read_text() == "mine" and json.loads((run / ".rl_notes_run").read_text())["files"]
+
+
+def test_disk_full_keeps_the_rows_and_the_last_checkpoint(world, tmp_path, capsys, monkeypatch):
+    "ENOSPC (injected into os.write) while step 2's row is appended: half the line is written, then the disk is full."
+    run, real = tmp_path / "run", os.write
+    def write(fd, data):
+        try: target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError: target = ""
+        if target.endswith("metrics.jsonl") and b'"step": 2' in bytes(data):
+            real(fd, bytes(data)[:7]); raise OSError(errno.ENOSPC, "No space left on device")
+        return real(fd, data)
+    monkeypatch.setattr(os, "write", write)
+    line = one_line(capsys, main(args(world, run, "--steps", "3", "--save-every", "1")), 1,
+                    "[Errno 28] No space left on device: could not append the metric row of step 2", "the last checkpoint (step 1)")
+    assert "traceback in" in line
+    rows = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]   # every line whole, strict JSON
+    assert [r["step"] for r in rows] == [0, 1]
+    from rl_notes.rundir import RunDir
+    assert RunDir(run).state()["step"] == 1                                           # the checkpoint verifies (sha256 of each file)
+    assert "Traceback" in (run / "log.txt").read_text()
+
+
+def test_metrics_are_strict_json(world, tmp_path, capsys, monkeypatch):
+    import rl_notes.trainer as T
+    monkeypatch.setattr(T, "heldout", lambda run: {"heldout_acc": float("nan"), "time_eval": 0.0})
+    with pytest.warns(UserWarning, match=r"metric\(s\) \['heldout_acc'\] of step 0 are not finite"):
+        assert main(args(world, tmp_path / "run", "--steps", "1")) == 0
+    rows = [json.loads(l, parse_constant=lambda c: pytest.fail(f"{c} in metrics.jsonl")) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert rows[0]["heldout_acc"] is None
+
+
+# (2) rewards see copies
+
+def test_a_reward_that_edits_its_prompts_changes_nothing_else(world, tmp_path, capsys):
+    seen = world / "rewards.py.seen"; seen.unlink(missing_ok=True)
+    data = digest(world / "chat.jsonl")
+    assert main(args(world, tmp_path / "run", "--steps", "3", reward=["judge", "turns"])) == 0
+    lengths = [n for l in seen.read_text().splitlines() for n in json.loads(l)]
+    assert len(lengths) == 3 * 4 and set(lengths) == {1}        # every call of `turns` saw the one user message
+    assert digest(world / "chat.jsonl") == data
+
+
+# (3) resume and caches know content
+
+def test_resume_compares_content_not_spelling(world, tmp_path, capsys, monkeypatch):
+    data = tmp_path / "chat.jsonl"; shutil.copy(world / "chat.jsonl", data)
+    rewards = tmp_path / "rw"; rewards.mkdir(); shutil.copy(world / "rewards.py", rewards / "rewards.py")
+    run = tmp_path / "run"
+    base = lambda *a, d=data: args(world, run, "--save-every", "1", *a, dataset=d)
+    assert main(base("--steps", "1")) == 0
+    monkeypatch.chdir(tmp_path)
+    assert main(base("--steps", "2", "--resume", d=Path("./chat.jsonl"))) == 0            # the same file spelled differently
+    with open(data, "a") as f: f.write(json.dumps({"prompt": [{"role": "user", "content": "new"}], "answer": "x"}) + "\n")
+    one_line(capsys, main(base("--steps", "3", "--resume")), 2, "dataset changed since that checkpoint was written", "--accept-changed")
+    with pytest.warns(UserWarning, match=r"resuming on changed dataset \(accept_changed=True\)"):
+        assert main(base("--steps", "3", "--resume", "--accept-changed")) == 0
+    assert [json.loads(l)["step"] for l in (run / "metrics.jsonl").read_text().splitlines()] == [0, 1, 2, 3]
+    moved = tmp_path / "moved"; shutil.copytree(world / "model", moved)                  # the model moved: the same content
+    assert main(base("--steps", "4", "--resume", "--model", moved)) == 0
+    with open(world / "rewards.py") as f: text = f.read()
+    try:
+        (world / "rewards.py").write_text(text + "\n# edited\n")                          # the reward file changed at its path
+        one_line(capsys, main(base("--steps", "5", "--resume", "--model", moved)), 2, "reward[0] changed since that checkpoint")
+    finally: (world / "rewards.py").write_text(text)
+
+
+def test_lab_cache_keys_on_content(world, tmp_path):
+    from rl_notes.lab import _lab_key, lab_key
+    from rl_notes.trainer import TrainConfig
+    data = tmp_path / "chat.jsonl"; shutil.copy(world / "chat.jsonl", data)
+    cfg = TrainConfig(model=str(world / "model"), dataset=str(data), reward=[f"{world}/rewards.py:says"])
+    k = _lab_key(cfg, "code")
+    with open(data, "a") as f: f.write("\n")                                            # the same path, other bytes
+    assert _lab_key(cfg, "code") != k
+    assert _lab_key(TrainConfig(model="m"), "code") == "a671a9b8b7543f64"               # a built-in task reads no file: key as before
+    assert callable(lab_key)
+
+
+# (4) float16, rewards that exit, raise on one row or overflow
+
+@pytest.mark.parametrize("reward, msgs, status", [
+    ("exits", ["reward function `exits` called sys.exit(3)", "(at step 1)"], 2),
+    ("one_row", ["`one_row` raised ZeroDivisionError", "; it fails on completion", "(row ", "prompt '"], 2),
+    (["huge", "huge"], ["overflows float32", "'huge': (3.", "'huge_2': (3."], 2),
+    ("ctrl_c", ["interrupted (Ctrl-C)", "no checkpoint and the metric rows"], 130),
+])
+def test_reward_failures_are_one_line(world, tmp_path, capsys, reward, msgs, status):
+    data = digest(world / "chat.jsonl")
+    one_line(capsys, main(args(world, tmp_path / "run", "--task-arg", "max_digits=2", reward=reward)), status, *msgs)
+    assert digest(world / "chat.jsonl") == data
+
+
+def test_ctrl_c_stops_after_the_step_with_a_checkpoint(world, tmp_path, capsys):
+    (world / "rewards.py.sent").unlink(missing_ok=True)
+    run = tmp_path / "run"
+    one_line(capsys, main(args(world, run, "--steps", "3", reward="sigint")), 130, "interrupted (Ctrl-C) (at step 1); the last checkpoint (step 1)")
+    assert [json.loads(l)["step"] for l in (run / "metrics.jsonl").read_text().splitlines()] == [0, 1]
+    assert main(args(world, run, "--steps", "2", "--resume", reward="sigint")) == 0           # resumes from that checkpoint
+    assert [json.loads(l)["step"] for l in (run / "metrics.jsonl").read_text().splitlines()] == [0, 1, 2]
+
+
+def test_an_unwritable_cache_root_is_one_line(world, tmp_path, capsys, monkeypatch):
+    (tmp_path / "file").write_text("x"); monkeypatch.setenv("RL_NOTES_CACHE", str(tmp_path / "file"))   # a file where a directory should be
+    one_line(capsys, main(args(world, tmp_path / "run")), 2, "could not be read as json: NotADirectoryError", "file/datasets")
+    assert (tmp_path / "file").read_text() == "x"
+
+
+def test_float16_without_lora_is_refused(world, tmp_path, capsys):
+    one_line(capsys, main(args(world, tmp_path / "run", "--dtype", "float16")), 2, "use dtype='bfloat16' (--dtype bfloat16) or LoRA (--lora-r R)")
+    assert not (tmp_path / "run").exists()
+
+
+# (5) a last catch, and checks before the model loads
+
+def test_an_unexpected_error_is_one_line_with_its_traceback_logged(world, tmp_path, capsys, monkeypatch):
+    import rl_notes.trainer as T
+    def boom(*a, **k): raise RuntimeError("CUDA error: an illegal memory access\nmore lines")
+    monkeypatch.setattr(T, "update", boom)
+    line = one_line(capsys, main(args(world, tmp_path / "run")), 1, "RuntimeError: CUDA error: an illegal memory access (at step 1) (in ",
+                    "test_cli_safety.py:", "no checkpoint and the metric rows")
+    assert "Traceback" in (tmp_path / "run" / "log.txt").read_text() and str(tmp_path / "run" / "log.txt") in line
+
+
+def _model_copy(world, tmp_path, name, **config):
+    m = tmp_path / name; shutil.copytree(world / "model", m)
+    c = json.loads((m / "config.json").read_text()); c.update(config); (m / "config.json").write_text(json.dumps(c))
+    return m
+
+
+def _rows(path, prompts):
+    with open(path, "w") as f:
+        for p in prompts: f.write(json.dumps({"prompt": p, "answer": "1"}) + "\n")
+    return path
+
+
+def test_checks_before_the_model_loads(world, tmp_path, capsys, monkeypatch):
+    def fails(*extra, msgs, **kw):
+        one_line(capsys, main(args(world, tmp_path / "run", *extra, **kw)), 2, *msgs)
+        assert not (tmp_path / "run" / "config.json").exists()
+    user = lambda s: [{"role": "user", "content": s}]
+    fails(model=_model_copy(world, tmp_path, "small_vocab", vocab_size=100), msgs=["its tokenizer has 300 tokens but the model's embedding only 100 rows"])
+    fails("--max-new-tokens", "100000", msgs=["TrainConfig.max_new_tokens (100000) leaves no room for a prompt: the model has 2048 positions"])
+    fails(dataset=_rows(tmp_path / "long.jsonl", [user("x" * 100_000)] * 20), msgs=["prompt", "(100", "characters)", "more than the model's 2048"])
+    fails(dataset=_rows(tmp_path / "empty.jsonl", ["", "a", "b"] * 4), msgs=["prompt", "is empty: ''"])
+    fails(dataset=_rows(tmp_path / "roles.jsonl", [user("a")] * 10 + [[{"role": "critic", "content": "b"}]] + [user("c")] * 5),
+          model=(lambda m: ((m / "chat_template.jinja").write_text(
+              "{% for m in messages %}{% if m['role'] not in ['user', 'assistant', 'system'] %}{{ raise_exception('unknown role ' + m['role']) }}"
+              "{% endif %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}<|im_start|>assistant\n"), m)[1])(_model_copy(world, tmp_path, "strict_roles")),
+          msgs=["the chat template fails on it", "unknown role critic"])
+    fails(reward=[], msgs=["reward_weights are all 0"], *["--reward", f"{world}/rewards.py:says=0"])
+    import importlib.util
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "peft" else real(name, *a))
+    fails("--lora-r", "4", msgs=['TrainConfig.lora_r > 0 (LoRA) needs the peft package: pip install "rl_notes[lora]"'])
+
+
+# (6) data errors say where
+
+@pytest.mark.parametrize("name, data, msg", [
+    ("bad.jsonl", b'{"prompt": "a"}\n{"prompt": "b",, }\n', "line 2, column 16: not JSON"),
+    ("empty.jsonl", b"", "is empty"),
+    ("latin1.jsonl", '{"prompt": "caf\u00e9"}\n'.encode("latin-1"), "line 1, column 16: byte 0xe9 is not UTF-8"),
+    ("utf16.jsonl", '{"prompt": "a"}\n'.encode("utf-16"), "is UTF-16 encoded"),
+    ("cut.jsonl", b'{"prompt": "a"}\n{"prompt": "b', "the file ends inside this line"),
+    ("quote.csv", b'prompt,answer\n"1+1=,2\n', "line 2: bad CSV"),
+])
+def test_data_errors_say_where(world, tmp_path, capsys, name, data, msg):
+    f = tmp_path / name; f.write_bytes(data)
+    one_line(capsys, main(args(world, tmp_path / "run", dataset=f)), 2, name, msg)
+    assert f.read_bytes() == data
+
+
+def test_saved_datasets(world, tmp_path, capsys, cache_root):
+    from datasets import Dataset, DatasetDict
+    rows = [{"prompt": [{"role": "user", "content": f"q{i}"}], "answer": "1"} for i in range(8)]
+    DatasetDict(train=Dataset.from_list(rows), test=Dataset.from_list(rows).select([])).save_to_disk(str(tmp_path / "d")); capsys.readouterr()
+    one_line(capsys, main(args(world, tmp_path / "run", dataset=tmp_path / "d")), 2, "split 'test'", "has no rows")
+    Dataset.from_list(rows).save_to_disk(str(tmp_path / "e")); capsys.readouterr()
+    st = json.loads((tmp_path / "e" / "state.json").read_text())
+    st["_data_files"] = [{"filename": "../../outside.arrow"}]; (tmp_path / "e" / "state.json").write_text(json.dumps(st))
+    one_line(capsys, main(args(world, tmp_path / "run", dataset=tmp_path / "e")), 2, "names the data file '../../outside.arrow', outside the directory")
+    assert main(args(world, tmp_path / "ok", "--steps", "1")) == 0
+    assert any((cache_root / "datasets").iterdir())                  # datasets' copy of the jsonl lives under the cache root
