@@ -239,12 +239,22 @@ class Countdown(Task):
                  n_numbers:int=3,  # how many numbers are given
                  max_number:int=9,  # numbers are drawn from 1..max_number
                  max_target:int=99,  # targets are in 0..max_target (others are re-drawn)
+                 free_prefix:int=0,  # demonstrations start with this many digits and a `:` that the verifier ignores; 0: none
+                 prefix_skew:float=0.5,  # each prefix digit d is drawn with probability proportional to prefix_skew ** d
                 ):
         if not (_is_int(n_numbers) and 2 <= n_numbers <= 6):
             raise ValueError(f"`n_numbers` must be an int in 2..6, got {n_numbers!r}")
         if not (_is_int(max_number) and max_number >= 2): raise ValueError(f"`max_number` must be an int >= 2, got {max_number!r}")
         if not (_is_int(max_target) and max_target >= 1): raise ValueError(f"`max_target` must be an int >= 1, got {max_target!r}")
+        if not (_is_int(free_prefix) and 0 <= free_prefix <= 8): raise ValueError(f"`free_prefix` must be an int in 0..8, got {free_prefix!r}")
+        if not 0 < prefix_skew <= 1: raise ValueError(f"`prefix_skew` must be in (0, 1], got {prefix_skew!r}")
         self.n_numbers, self.max_number, self.max_target = n_numbers, max_number, max_target
+        self.free_prefix, self.prefix_skew = free_prefix, prefix_skew
+
+    def config(self) -> dict:
+        c = super().config()
+        if c["free_prefix"] == 0: del c["free_prefix"], c["prefix_skew"]   # the default: configs (and cache keys) stay as before the option
+        return c
 
     def _sample(self, rng):
         while True:
@@ -262,8 +272,16 @@ class Countdown(Task):
                 "numbers": nums, "target": target, "solution": expr}
 
     def demonstration(self, example:dict) -> str:
-        "The SFT target: the stored solution expression."
-        return example["solution"]
+        "The SFT target: the stored solution expression, after the free prefix (if `free_prefix`)."
+        return self._prefix(example) + example["solution"]
+
+    def _prefix(self, example:dict) -> str:
+        "`free_prefix` digits and `:`, each digit from the skewed distribution, fixed by a stable hash of the prompt and the position."
+        if not self.free_prefix: return ""
+        w = [self.prefix_skew ** d for d in range(10)]
+        cdf = [sum(w[:d + 1]) / sum(w) for d in range(10)]                    # P(digit <= d)
+        key = example.get("prompt") or f"{','.join(map(str, example['numbers']))}:{example['target']}="
+        return "".join(str(next(d for d, c in enumerate(cdf) if _unit(f"prefix/{i}/{key}") < c or d == 9)) for i in range(self.free_prefix)) + ":"
 
     def _as_example(self, x):
         # a prompt (or a spec "3,5,7:26") carries everything the verifier needs
@@ -274,6 +292,7 @@ class Countdown(Task):
         return super()._as_example(x)
 
     def _verify(self, example, response):
+        if self.free_prefix: response = response.split(":", 1)[-1]    # the free prefix decides nothing
         try: value, used = parse_expression(response)
         except ValueError: return 0.0, False
         ok = sorted(used) == sorted(int(v) for v in example["numbers"]) and value == int(example["target"])
@@ -281,7 +300,8 @@ class Countdown(Task):
 
     def max_response_chars(self):
         # n numbers of up to len(max_number) digits, n-1 operators, and at most n-2 pairs of parentheses
-        return self.n_numbers * len(str(self.max_number)) + (self.n_numbers - 1) + 2 * max(self.n_numbers - 2, 0)
+        free = self.free_prefix + 1 if self.free_prefix else 0
+        return free + self.n_numbers * len(str(self.max_number)) + (self.n_numbers - 1) + 2 * max(self.n_numbers - 2, 0)
 
 # %% ../nbs/10_tasks.ipynb #1d5873fa
 def _completion_text(c, i:int) -> str:
