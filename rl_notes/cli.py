@@ -326,6 +326,7 @@ def _log(a, e:BaseException, argv:list) -> str|None:
 
 def _failure(a, e:BaseException, argv:list, status:int) -> int:
     "The last catch: one `rl_notes: error:` line (the cause, where: the step and the code, what is kept), the traceback in the log."
+    if getattr(e, "silent", False): return status   # `rl_notes.trainer.PeerFailed`: another process of the run reports it
     first = (str(e).strip().splitlines() or [""])[0]
     expected = isinstance(e, (ValueError, FileNotFoundError))   # errors written for the user: their message says what and where
     cause = ("interrupted (Ctrl-C)" if isinstance(e, KeyboardInterrupt) else first if expected or isinstance(e, OSError)
@@ -380,6 +381,15 @@ def _run(a) -> int:
         print(json.dumps(evaluate(model, tok, task, task.dataset(a.n, a.seed, "test"), max_new_tokens=a.max_new_tokens))); return 0
     return _train(a)
 
+def _together(e:BaseException, status:int) -> int:
+    "After an error that every process of a data-parallel run raised (`rl_notes.trainer.together`): wait for all of them, so the launcher stops none before its line and log are written."
+    if getattr(e, "every_process", False):
+        import torch.distributed as dist  # heavy; only after such an error, when torch is loaded already
+        if dist.is_available() and dist.is_initialized():
+            try: dist.barrier(); dist.destroy_process_group()
+            except Exception: pass   # a process that died already: its launcher stops the rest
+    return status
+
 def main(argv:list[str]|None=None) -> int:
     "Entry point of the `rl_notes` console script; returns the exit status."
     argv, a = sys.argv[1:] if argv is None else list(argv), None
@@ -393,6 +403,6 @@ def main(argv:list[str]|None=None) -> int:
         print(f"rl_notes: error: {e}", file=sys.stderr)
         return 2
     except (ValueError, FileNotFoundError) as e:   # ValueError covers ConfigError, CheckpointError, TrainingDiverged
-        return _failure(a, e, argv, 2)
+        return _together(e, _failure(a, e, argv, 2))
     except (Exception, KeyboardInterrupt) as e:    # anything else: still one line, the traceback in the run's log
-        return _failure(a, e, argv, 130 if isinstance(e, KeyboardInterrupt) else 1)
+        return _together(e, _failure(a, e, argv, 130 if isinstance(e, KeyboardInterrupt) else 1))

@@ -32,9 +32,10 @@ __all__ = ['PRESETS', 'ADVANTAGE_ESTIMATORS', 'CRITIC_ESTIMATORS', 'POLICY_LOSSE
            'PATH_FIELDS', 'Algo', 'get_algo', 'Batch', 'make_batch', 'adv_group', 'adv_group_mean', 'adv_gae',
            'adv_correct', 'adv_rloo', 'adv_reinforce_pp', 'loss_clip', 'loss_nll', 'loss_gspo', 'loss_cispo',
            'loss_kl_cov', 'Tokens', 'mod_tis', 'mod_entropy', 'mod_clip_cov', 'modify_tokens', 'TrainConfig', 'Meter',
-           'heldout_eval', 'TrainingDiverged', 'seed_everything', 'Run', 'preflight', 'content_fingerprints',
-           'check_content', 'setup', 'collect', 'advantages', 'update', 'Reporter', 'heldout', 'eval_due', 'log_row',
-           'checkpoint', 'value_pretrain_step', 'StopRequest', 'train']
+           'heldout_eval', 'TrainingDiverged', 'seed_everything', 'Run', 'dir_problem', 'preflight',
+           'content_fingerprints', 'check_content', 'setup', 'PeerFailed', 'together', 'collect', 'advantages',
+           'update', 'Reporter', 'heldout', 'eval_due', 'log_row', 'checkpoint', 'value_pretrain_step', 'StopRequest',
+           'train']
 
 # %% ../nbs/14_trainer.ipynb #2efb1170
 def _f(default, **rules):
@@ -528,9 +529,20 @@ def _data(cfg:TrainConfig, task) -> tuple[list, list, RewardSet]:
         raise ValueError(f"{where} holds {len(train_rows)} training prompts, fewer than TrainConfig.n_prompts ({cfg.n_prompts})")
     return train_rows, test_rows, rewards
 
+# %% ../nbs/14_trainer.ipynb #54df6572
+def dir_problem(path:str) -> str|None:
+    "Why directory `path` cannot be created or written to (a file in the way, no write permission), or None when it can."
+    p = Path(path)
+    while not p.exists() and p.parent != p: p = p.parent          # the nearest part that exists ('file/x' does not exist)
+    if not p.is_dir(): return f"{str(p)!r} is {'a file' if p.is_file() else 'there'}, not a directory"
+    if not os.access(p, os.W_OK | os.X_OK): return f"{str(p)!r} is not writable"
+    return None
+
 # %% ../nbs/14_trainer.ipynb #05fd2845
 _EXTRAS = (("peft", "lora", lambda c: c.lora_r > 0, "TrainConfig.lora_r > 0 (LoRA)"),
-           ("math_verify", "math", lambda c: c.task == "math" and not c.reward, "task 'math' (its verifier)"))  # (module, extra, needed?, by what)
+           ("math_verify", "math", lambda c: c.task == "math" and not c.reward, "task 'math' (its verifier)"),
+           ("tensorboard", "tensorboard", lambda c: c.report_to == "tensorboard", 'TrainConfig.report_to="tensorboard"'),
+           ("trackio", "trackio", lambda c: c.report_to == "trackio", 'TrainConfig.report_to="trackio"'))  # (module, extra, needed?, by what)
 
 def _model_config(path:str) -> dict:
     "The fields of a model directory's config.json that the checks read (a multimodal config's `text_config`); {} if unreadable."
@@ -554,6 +566,8 @@ def preflight(cfg:TrainConfig, train_rows:list, test_rows:list):
     "Before any weights load: optional packages, the tokenizer against the model, every prompt rendered, empty and too-long prompts, reward weights."
     for mod, extra, needed, what in _EXTRAS:
         if needed(cfg) and importlib.util.find_spec(mod) is None: raise ValueError(f'{what} needs the {mod} package: pip install "rl_notes[{extra}]"')
+    if cfg.report_to == "tensorboard" and not cfg.overwrite and (why := dir_problem(tb := os.path.join(cfg.out_dir, "tensorboard"))):
+        raise ValueError(f'TrainConfig.report_to="tensorboard" writes to {tb!r}, which cannot be created: {why}')   # --overwrite removes a run's own
     tok, mc = load_tokenizer(cfg.model), _model_config(cfg.model)
     V, limit = mc.get("vocab_size"), mc.get("max_position_embeddings") or mc.get("n_positions")
     if isinstance(V, int) and len(tok) > V:
@@ -674,6 +688,26 @@ def setup(cfg:TrainConfig,  # the run
     except BaseException: run.close(); raise
     return run
 
+# %% ../nbs/14_trainer.ipynb #2e87ac14
+class PeerFailed(ValueError):
+    "Another process of a data-parallel run failed in the same block (`together`); that process reports the error."
+    every_process, silent = True, True   # rl_notes.cli: wait for the other processes, print nothing
+
+@contextlib.contextmanager
+def together(run:Run):
+    "A block every process runs: an exception on one process is raised on every one after the block (one gather of a flag)."
+    if run.W == 1: yield; return
+    err = None
+    try: yield
+    except Exception as e: err = e
+    failed = run.acc.gather(torch.tensor([float(err is not None)], device=run.device)).view(-1)   # (W,) 1 where the block raised
+    if err is None and not failed.any(): return
+    if err is None: raise PeerFailed(f"rank {int(failed.nonzero()[0, 0])} of {run.W} failed; it reports the error")
+    if isinstance(err, ValueError) and len(err.args) == 1 and isinstance(err.args[0], str):
+        err.args = (f"{err.args[0]} on rank {run.rank} of {run.W}",)
+    err.every_process = True
+    raise err
+
 # %% ../nbs/14_trainer.ipynb #87c59466
 def _rollout_metrics(run:Run, first:dict, keep:torch.Tensor, mt:Meter):
     "What the freshly sampled (first-round) batch says about the current policy; `keep` (B,): groups DAPO would keep."
@@ -720,11 +754,12 @@ def collect(run:Run, step:int, mt:Meter) -> Batch:
         clock["gen"] += t1 - t0; clock["reward"] += time.time() - t1
         got = dict(ro=ro, reward=reward, score=score, per_func=sc["per_func"])
         return reward, got if parsed is None else {**got, "parsed": parsed}
-    if algo.dynamic_sampling:   # informative groups first; if still short after max_rounds, filtered-out ones fill the batch
-        _, got, st = dynamic_sample(sample, need, G, max_rounds=algo.max_rounds, fill="filtered")
-        first, keep, rounds, fillers = st["first_round"]["batch"], st["first_round"]["keep"], st["rounds"], st["filler_groups"]
-    else:
-        _, got = sample(0); first, keep, rounds, fillers = got, torch.ones(len(got["reward"]), dtype=torch.bool), 1, 0
+    with together(run):         # a reward that fails on one process stops every process (none waits in a collective)
+        if algo.dynamic_sampling:   # informative groups first; if still short after max_rounds, filtered-out ones fill the batch
+            _, got, st = dynamic_sample(sample, need, G, max_rounds=algo.max_rounds, fill="filtered")
+            first, keep, rounds, fillers = st["first_round"]["batch"], st["first_round"]["keep"], st["rounds"], st["filler_groups"]
+        else:
+            _, got = sample(0); first, keep, rounds, fillers = got, torch.ones(len(got["reward"]), dtype=torch.bool), 1, 0
     _rollout_metrics(run, first, keep, mt)
     mt.add("gen_rounds", rounds, 1); mt.add("time_gen", clock["gen"], 1); mt.add("time_reward", clock["reward"], 1)
     mt.add("filler_frac", fillers / need, 1)

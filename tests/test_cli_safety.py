@@ -283,3 +283,66 @@ def test_saved_datasets(world, tmp_path, capsys, cache_root):
     one_line(capsys, main(args(world, tmp_path / "run", dataset=tmp_path / "e")), 2, "names the data file '../../outside.arrow', outside the directory")
     assert main(args(world, tmp_path / "ok", "--steps", "1")) == 0
     assert any((cache_root / "datasets").iterdir())                  # datasets' copy of the jsonl lives under the cache root
+
+
+# (7) a reward failing on one process of a data-parallel run, an unwritable TensorBoard directory, a missing extra
+
+RANK1 = '''
+import os
+def rank1(prompts, completions, **kw):
+    if int(os.environ["RANK"]) == 1: raise KeyError("judge offline")   # only the second process fails
+    return [0.0] * len(prompts)
+'''
+
+
+@pytest.mark.skipif(not (Path(__import__("sys").executable).parent / "torchrun").exists(), reason="torchrun not installed")
+def test_a_reward_failing_on_one_rank_stops_every_rank(world, tmp_path):
+    import socket, subprocess, sys
+    (tmp_path / "r.py").write_text(RANK1)
+    script = tmp_path / "rl_notes_main.py"; script.write_text("import sys; from rl_notes.cli import main; sys.exit(main())")
+    with socket.socket() as s: s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
+    argv = args(world, tmp_path / "run", reward=[])[1:] + ["--reward", f"{tmp_path}/r.py:rank1", "--no-shard"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1", "ACCELERATE_USE_CPU": "true"}
+    data = digest(world / "chat.jsonl")
+    p = subprocess.run([str(Path(sys.executable).parent / "torchrun"), "--nproc_per_node", "2", "--master_port", str(port), str(script), "train", *argv],
+                       capture_output=True, text=True, env=env, timeout=120)   # a hang on a collective would run into the timeout
+    assert p.returncode != 0, p.stderr[-3000:]
+    lines = [l for l in p.stderr.splitlines() if "rl_notes: error:" in l]
+    assert len(lines) == 1, p.stderr[-3000:]
+    for m in ("reward function `rank1` raised KeyError: 'judge offline'", "(row ", "on rank 1 of 2", "(at step 1)"): assert m in lines[0], lines[0]
+    # no traceback of the run and no second line from rank 0 (before: a gloo "Connection closed by peer" error); torchrun still
+    # prints its own report, and may stop rank 0 with SIGTERM on its way out, once rank 1's line and log are written
+    assert "rl_notes/" not in p.stderr.replace(str(tmp_path), ""), p.stderr[-3000:]
+    assert "Traceback" in (tmp_path / "run" / "log.txt").read_text() and "judge offline" in (tmp_path / "run" / "log.txt").read_text()
+    assert digest(world / "chat.jsonl") == data
+
+
+def _no_model_load(monkeypatch):
+    "Loading the weights fails the test: what is checked must be refused before."
+    import rl_notes.trainer as T
+    monkeypatch.setattr(T, "_models", lambda *a, **k: pytest.fail("the model was loaded"))
+
+
+def test_an_unwritable_tensorboard_directory_is_one_line(world, tmp_path, capsys, monkeypatch):
+    pytest.importorskip("tensorboard", reason="tensorboard is not installed (pip install 'rl_notes[tensorboard]')")
+    run = tmp_path / "run"
+    assert main(args(world, run, "--steps", "1", "--report-to", "tensorboard")) == 0 and (run / "tensorboard").is_dir()
+    shutil.rmtree(run / "tensorboard"); (run / "tensorboard").write_text("mine")   # a file where TensorBoard's directory must be: fails even as root
+    before = digest(run); capsys.readouterr(); _no_model_load(monkeypatch)
+    one_line(capsys, main(args(world, run, "--steps", "2", "--report-to", "tensorboard", "--resume")), 2,
+             f'TrainConfig.report_to="tensorboard" writes to {str(run / "tensorboard")!r}, which cannot be created', "is a file, not a directory")
+    assert digest(run) == before                                                   # the metrics, the checkpoint and the file untouched
+
+
+def test_math_without_math_verify_is_one_line(world, tmp_path, capsys, monkeypatch):
+    import datasets
+    monkeypatch.setitem(__import__("sys").modules, "math_verify", None)             # as if math-verify were not installed
+    _no_model_load(monkeypatch)
+    with open(tmp_path / "math.jsonl", "w") as f:
+        for i in range(8): f.write(json.dumps({"problem": f"What is {i}+1?", "answer": str(i + 1)}) + "\n")
+    bars = datasets.is_progress_bar_enabled(); datasets.disable_progress_bars()      # the math task's column cast draws a progress bar
+    try: status = main(args(world, tmp_path / "run", "--task", "math", "--task-arg", f"data_files={tmp_path / 'math.jsonl'}", reward=[]))
+    finally:
+        if bars: datasets.enable_progress_bars()
+    one_line(capsys, status, 2, "task 'math' (its verifier) needs the math_verify package", 'pip install "rl_notes[math]"')
+    assert not (tmp_path / "run").exists()
