@@ -101,7 +101,7 @@ def demo(out:str|Path="runs/demo",  # output directory; its runs are replaced wh
         wall[a] = time.time() - t1
     plot_runs([out / a for a in algos], out / "curves.png", keys=("heldout_acc", "heldout_sample_acc", "reward", "entropy", "resp_len"))
     total = time.time() - t0
-    from rl_notes.cache import cache_dir as _root
+    from rl_notes.cache import cache_dir as _root  # lazy like the imports above: the CLI answers --help without loading the library
     shown = f"`{Path(sft).relative_to(_root())}` in the cache root (`rl_notes.cache.cache_dir()`)" if Path(sft).is_relative_to(_root()) else f"`{sft}`"
     text = (f"# rl_notes demo\n\nSFT warm start {shown} ({t_sft:.0f} s, cached after the first run), then "
             f"{', '.join(algos)} on `{d['task']}` {d['task_kw']} with {d['train']}.\n\n"
