@@ -4,7 +4,7 @@
 
 # %% ../nbs/14_trainer.ipynb #7bfa91ff
 from __future__ import annotations
-import os, math, time, copy, random, hashlib, dataclasses, contextlib
+import os, json, math, time, copy, random, shutil, hashlib, dataclasses, contextlib
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 from typing import Callable, Literal
@@ -18,20 +18,21 @@ from .dapo import dynamic_sample, overlong_filter_mask, soft_overlong_punishment
 from .vapo import decoupled_gae, positive_lm_loss, value_pretrain_loss
 from .family import (rloo_advantages, reinforce_pp_advantages, gspo_loss, cispo_loss, kl_cov_loss, nll_loss, tis_weights,
                              high_entropy_mask, clip_cov_mask, accelerate_gather)
-from .data import RewardSet, load_dataset_splits, render_prompts, reward_spec
+from .data import RewardSet, load_dataset_splits, render_prompts, reward_spec, is_hub_id
 from .tasks import get_task
-from .models import load_model, load_reward_model, apply_lora, enable_gradient_checkpointing, _quiet_hf
+from .models import load_model, load_reward_model, apply_lora, enable_gradient_checkpointing, _quiet_hf, resolve_model
 from .rollout import Rollout, NonFiniteLogits, generate, response_logprobs, evaluate
-from .configs import validate_config
+from .configs import validate_config, from_trl, TRL_NAMES
 from .rundir import RunDir, RunLock, run_mode
 
 # %% auto #0
-__all__ = ['PRESETS', 'ADVANTAGE_ESTIMATORS', 'CRITIC_ESTIMATORS', 'POLICY_LOSSES', 'TOKEN_MODIFIERS', 'RUN_CONTROL', 'Algo',
-           'get_algo', 'Batch', 'make_batch', 'adv_group', 'adv_group_mean', 'adv_gae', 'adv_correct', 'adv_rloo',
-           'adv_reinforce_pp', 'loss_clip', 'loss_nll', 'loss_gspo', 'loss_cispo', 'loss_kl_cov', 'Tokens', 'mod_tis',
-           'mod_entropy', 'mod_clip_cov', 'modify_tokens', 'TrainConfig', 'Meter', 'heldout_eval', 'TrainingDiverged',
-           'seed_everything', 'Run', 'setup', 'collect', 'advantages', 'update', 'Reporter', 'heldout', 'eval_due',
-           'log_row', 'checkpoint', 'value_pretrain_step', 'train']
+__all__ = ['PRESETS', 'ADVANTAGE_ESTIMATORS', 'CRITIC_ESTIMATORS', 'POLICY_LOSSES', 'TOKEN_MODIFIERS', 'RUN_CONTROL', 'MODEL_DIR',
+           'Algo', 'get_algo', 'Batch', 'make_batch', 'adv_group', 'adv_group_mean', 'adv_gae', 'adv_correct',
+           'adv_rloo', 'adv_reinforce_pp', 'loss_clip', 'loss_nll', 'loss_gspo', 'loss_cispo', 'loss_kl_cov', 'Tokens',
+           'mod_tis', 'mod_entropy', 'mod_clip_cov', 'modify_tokens', 'TrainConfig', 'trl_config', 'Meter',
+           'heldout_eval', 'TrainingDiverged', 'seed_everything', 'Run', 'setup', 'collect', 'advantages', 'update',
+           'Reporter', 'final_metrics', 'model_card', 'export_model', 'heldout', 'eval_due', 'log_row', 'checkpoint',
+           'value_pretrain_step', 'TrainResult', 'train']
 
 # %% ../nbs/14_trainer.ipynb #2efb1170
 def _f(default, **rules):
@@ -41,7 +42,7 @@ def _f(default, **rules):
 def _known(cls, d:dict) -> dict:
     "`d`, once every key is known to be a field of the dataclass `cls` (a ValueError names the others)."
     bad = set(d) - {f.name for f in dataclasses.fields(cls)}
-    if bad: raise ValueError(f"unknown {cls.__name__} field(s) {sorted(bad)}")
+    if bad: raise ValueError(f"unknown {cls.__name__} field(s) {sorted(bad)}; valid: {', '.join(f.name for f in dataclasses.fields(cls))}")
     return d
 
 def _one_of(table:dict, v) -> str|None:
@@ -121,10 +122,10 @@ PRESETS = {
 }
 
 def get_algo(name:str|Algo,  # a preset name (`PRESETS`) or an `Algo`, returned as is (with overrides)
-             **overrides,  # fields of `Algo` to change
+             **overrides,  # fields of `Algo` to change (or TRL's names for them: epsilon, beta, loss_type, ...)
             ) -> Algo:
-    "The `Algo` of a preset, with `overrides` applied."
-    _known(Algo, overrides)
+    "The `Algo` of a preset, with `overrides` applied (by `Algo`'s field names or TRL GRPOConfig's: `rl_notes.configs.TRL_NAMES`)."
+    overrides = from_trl("Algo", [f.name for f in dataclasses.fields(Algo)], overrides)
     if isinstance(name, Algo): return dataclasses.replace(name, **overrides)
     if name not in PRESETS: raise ValueError(f"unknown algo {name!r}; expected one of {sorted(PRESETS)}")
     return Algo(name=name, **{**PRESETS[name], **overrides})
@@ -285,7 +286,7 @@ def modify_tokens(algo:Algo, t:Tokens) -> tuple[torch.Tensor, torch.Tensor|None]
 
 # %% ../nbs/14_trainer.ipynb #abe3bf9a
 # fields that may change between a run and its resumption (they do not change what is computed)
-RUN_CONTROL = ("steps", "resume", "overwrite", "stop_at", "save_every", "progress", "out_dir", "threads")
+RUN_CONTROL = ("steps", "resume", "overwrite", "stop_at", "save_every", "progress", "out_dir", "threads", "save_adapter")
 
 def _dataset_arg(v) -> str|None:
     "A `check` for `TrainConfig.dataset`: None, a path, or a `datasets.Dataset` / `DatasetDict` (anything with `column_names`)."
@@ -336,6 +337,7 @@ class TrainConfig:
     lora_alpha: float = _f(32.0, gt=0)  # LoRA alpha (the update is scaled by alpha / r)
     lora_dropout: float = _f(0.0, ge=0, lt=1)  # dropout on the LoRA input
     lora_target_modules: str|list[str] = "all-linear"  # the modules LoRA adapts (peft's `target_modules`)
+    save_adapter: bool = False  # under LoRA, out_dir/model holds the adapter alone (peft's files); False: the adapter merged into full weights
     report_to: str = _f("none", choices=("none", "tensorboard", "trackio"))  # also send the metric rows there (metrics.jsonl is always written)
     max_grad_norm: float = _f(1.0, gt=0)  # gradient clipping
     warmup_steps: int = _f(0, ge=0)  # linear learning-rate warm-up over this many RL steps (Adam's first updates are sign-like: size lr for every weight)
@@ -382,6 +384,16 @@ class TrainConfig:
     def from_dict(cls, d:dict) -> TrainConfig:
         "The config `to_dict` gave (e.g. a run's config.json); unknown fields are an error that names them."
         return cls(**_known(cls, d))
+
+# %% ../nbs/14_trainer.ipynb #ccee3f5e
+def trl_config(algo:str|Algo="grpo",  # the preset the algorithm's settings change
+               **kw,  # TrainConfig and Algo settings, by rl_notes' names or by TRL GRPOConfig's
+              ) -> TrainConfig:
+    "A `TrainConfig` from settings named as in TRL's `GRPOConfig` or as in rl_notes; an unknown name lists the valid ones."
+    tf, af = [f.name for f in dataclasses.fields(TrainConfig)], [f.name for f in dataclasses.fields(Algo)]
+    is_algo = lambda k: k in af or (k in TRL_NAMES and TRL_NAMES[k].cls == "Algo")
+    a = {k: v for k, v in kw.items() if is_algo(k)}
+    return TrainConfig(algo=get_algo(algo, **a), **from_trl("TrainConfig", tf, {k: v for k, v in kw.items() if not is_algo(k)}))
 
 # %% ../nbs/14_trainer.ipynb #fe337c1d
 class Meter:
@@ -559,7 +571,8 @@ def setup(cfg:TrainConfig,  # the run
     if cfg.n_prompts % W: raise ValueError(f"TrainConfig.n_prompts ({cfg.n_prompts}) must be divisible by the number of processes ({W})")
     if (cfg.n_prompts // W * cfg.group_size) % cfg.n_minibatches:
         raise ValueError(f"rows per process ({cfg.n_prompts // W * cfg.group_size}) must be divisible by n_minibatches ({cfg.n_minibatches})")
-    if not cfg.model or not os.path.isdir(cfg.model): raise FileNotFoundError(f"model path {cfg.model!r} is not a directory")
+    if not cfg.model or not (os.path.isdir(cfg.model) or is_hub_id(cfg.model)): raise FileNotFoundError(f"model path {cfg.model!r} is not a directory")
+    resolve_model(cfg.model, "TrainConfig.model")   # a hub id not in the cache and offline: one line, before any work
     if cfg.threads: torch.set_num_threads(cfg.threads)
     seed_everything(cfg.seed)
     task = get_task(cfg.task, **cfg.task_kw)
@@ -799,6 +812,57 @@ class Reporter:
         if self.kind == "tensorboard": self.writer.close()
         else: self.writer.finish()
 
+# %% ../nbs/14_trainer.ipynb #66877119
+MODEL_DIR = "model"  # the Hugging Face model directory under out_dir (written at each checkpoint and at the end)
+
+def final_metrics(rows:list[dict]) -> dict:
+    "The last value of each numeric metric over a run's rows (VAPO's value pre-training rows and timings left out)."
+    out = {}
+    for r in rows:
+        if r.get("phase") is None:
+            out.update({k: v for k, v in r.items() if isinstance(v, (int, float)) and not isinstance(v, bool) and not k.startswith("time")})
+    return out
+
+def model_card(cfg:TrainConfig, rows:list[dict], step:int) -> str:
+    "The README.md of an exported model: base model, algorithm, data, rewards, final metrics and the full config."
+    d, adapter = cfg.to_dict(), bool(cfg.lora_r) and cfg.save_adapter
+    data = f"`{d['dataset']}`" if d["dataset"] else f"the prompts of task `{cfg.task}` {cfg.task_kw or ''}"
+    w = cfg.reward_weights or [1.0] * len(d["reward"] or [])
+    rewards = ", ".join(f"`{r}` (weight {x:g})" for r, x in zip(d["reward"], w)) if d["reward"] else f"the verifier of task `{cfg.task}`"
+    weights = ("a LoRA adapter (peft) on the base model" if adapter else
+               f"full weights (LoRA r={cfg.lora_r} merged)" if cfg.lora_r else "full weights")
+    metrics = "\n".join(f"| {k} | {v:.4g} |" for k, v in sorted(final_metrics(rows).items()) if k != "step")
+    return "\n".join(["---", f"library_name: {'peft' if adapter else 'transformers'}", f"tags: [rl_notes, reinforcement-learning, {cfg.algo.name}]",
+                      "---", "", f"# {Path(cfg.out_dir).resolve().name}", "",
+                      f"A causal LM trained with rl_notes: {cfg.algo.name} for {step} steps from `{cfg.model}`; {weights}.", "",
+                      f"- data: {data}", f"- rewards: {rewards}",
+                      f"- per step: {cfg.n_prompts} prompts x {cfg.group_size} responses of at most {cfg.max_new_tokens} tokens, lr {cfg.lr:g}", "",
+                      "```python", "from transformers import AutoModelForCausalLM, AutoTokenizer",
+                      'model = AutoModelForCausalLM.from_pretrained("path/to/this/directory")',
+                      'tokenizer = AutoTokenizer.from_pretrained("path/to/this/directory")', "```", "",
+                      "## Final metrics", "", "| metric | value |", "|---|---|", metrics, "",
+                      "## Config", "", "```json", json.dumps(d, indent=1, default=str), "```", ""])
+
+def export_model(run:Run, step:int,
+                 path:str|Path|None=None,  # default out_dir/model (`MODEL_DIR`)
+                ) -> Path:
+    "Write the policy as a Hugging Face model directory (main process; swapped in whole): weights, config, tokenizer, model card."
+    path = Path(path or Path(run.cfg.out_dir) / MODEL_DIR)
+    if not run.main: return path
+    cfg, m = run.cfg, run.gen_model
+    tmp, old = path.with_name(path.name + ".tmp"), path.with_name(path.name + ".old")
+    for p in (tmp, old): shutil.rmtree(p, ignore_errors=True)
+    if cfg.lora_r and not cfg.save_adapter: m = copy.deepcopy(m).merge_and_unload()   # the training model keeps its adapters
+    use_cache, m.config.use_cache = m.config.use_cache, True          # gradient checkpointing turned it off for training only
+    try:
+        with _quiet_hf(): m.save_pretrained(tmp, safe_serialization=True)
+    finally: m.config.use_cache = use_cache
+    run.tok.save_pretrained(tmp)
+    (tmp / "README.md").write_text(model_card(cfg, run.rows, step))
+    if path.exists(): path.rename(old)
+    tmp.rename(path); shutil.rmtree(old, ignore_errors=True)
+    return path
+
 # %% ../nbs/14_trainer.ipynb #7c43f149
 def heldout(run:Run) -> dict:
     "Held-out accuracy of the current policy (greedy, and one sample at the training temperature), with its time."
@@ -818,13 +882,14 @@ def log_row(run:Run, row:dict):
     if run.reporter is not None: run.reporter.log(row)
 
 def checkpoint(run:Run, step:int):
-    "Save a checkpoint when one is due (every `save_every` steps and after the last); never one with non-finite weights."
+    "Save a checkpoint and the model directory when one is due (every `save_every` steps and after the last); never one with non-finite weights."
     cfg = run.cfg
     if not ((cfg.save_every and step % cfg.save_every == 0) or step == cfg.steps): return
     models = [m for m in (run.policy, run.critic) if m is not None]
     if not all(bool(torch.isfinite(p).all()) for m in models for p in m.parameters()):
         raise TrainingDiverged(f"training diverged at step {step}: the weights are not finite; not saved, {_kept(run)}")
     run.dir.save(step, cfg, run.acc, run.policy, run.opt, run.critic, run.copt)
+    export_model(run, step)   # out_dir/model: what one loads with from_pretrained
     run.saved = step
 
 def value_pretrain_step(run:Run, k:int, mt:Meter):
@@ -841,6 +906,18 @@ def value_pretrain_step(run:Run, k:int, mt:Meter):
     mt.put("explained_var", _explained_var(run, [values.detach()], [m["returns"]], [batch.mask]))
 
 # %% ../nbs/14_trainer.ipynb #659114af
+class TrainResult(list):
+    "What `train` returns: the run's metric rows (a list, so code that reads rows keeps working) and where its files are."
+    def __init__(self, rows:list[dict], out_dir:str|Path):
+        super().__init__(rows)
+        self.out_dir = Path(out_dir)                                   # the run directory
+        self.metrics_file = self.out_dir / RunDir.METRICS              # one JSON row per line
+        m = self.out_dir / MODEL_DIR
+        self.model_dir = m if m.is_dir() else None                     # the Hugging Face model (None: stopped before any checkpoint)
+    rows = property(lambda self: list(self), doc="the metric rows, as a plain list")
+    final = property(lambda self: final_metrics(self), doc="the last value of each metric")
+    def __repr__(self): return f"TrainResult({len(self)} rows, out_dir={str(self.out_dir)!r}, model_dir={self.model_dir and str(self.model_dir)!r})"
+
 @contextlib.contextmanager
 def _diverged_at(run:Run, step):
     "Non-finite logits met during `step` (weights blown up by the previous update) stop the run as `TrainingDiverged`."
@@ -857,7 +934,7 @@ def _first_rows(run:Run):
 
 def train(cfg:TrainConfig,  # the run
           accelerator=None,  # an `accelerate.Accelerator`; default: a new one (CPU, GPU or `accelerate launch` settings)
-         ) -> list[dict]:  # the metric rows of this run (also in out_dir/metrics.jsonl)
+         ) -> TrainResult:  # the metric rows of this run (a list; also in out_dir/metrics.jsonl) and the paths of its files
     "Run (or resume) RL training; writes metrics.jsonl, config.json and checkpoints under `cfg.out_dir`."
     with setup(cfg, accelerator) as run:
         if run.start == 0: _first_rows(run)
@@ -873,4 +950,4 @@ def train(cfg:TrainConfig,  # the run
             bar.set_postfix({k: f"{row[k]:.2f}" for k in ("acc", "resp_len", "heldout_acc") if row.get(k) is not None})
             checkpoint(run, step)
             if cfg.stop_at is not None and step >= cfg.stop_at: break
-        return run.rows
+        return TrainResult(run.rows, cfg.out_dir)
