@@ -160,7 +160,7 @@ FIELD_GROUP = {  # config field -> --help section (TrainConfig and SFTConfig; a 
                      "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "save_adapter", "n_train", "model_cfg", "chars"), "model and data"),
     **dict.fromkeys(("algo", "group_size", "ppo_epochs", "n_minibatches"), "algorithm"),
     **dict.fromkeys(("max_new_tokens", "temperature"), "generation"),
-    **dict.fromkeys(("steps", "n_prompts", "lr", "critic_lr", "weight_decay", "max_grad_norm", "warmup_steps", "seed", "threads",
+    **dict.fromkeys(("steps", "n_prompts", "lr", "critic_lr", "weight_decay", "max_grad_norm", "warmup_steps", "seed", "threads", "micro_batch_size",
                      "shard_rollouts", "batch_size", "warmup"), "optimisation"),
     **dict.fromkeys(("n_eval", "eval_every", "save_every", "out_dir", "resume", "overwrite", "stop_at", "report_to", "progress",
                      "eval_n", "target_accuracy", "val_n"), "evaluation and logging"),
@@ -190,6 +190,7 @@ def _sections(q) -> dict:
 
 def _add_config_options(sec:dict, cls:str, hand:set):
     "One option per field of the config `cls` that the command line can set, in its section; an option left out keeps the config's default."
+    from rl_notes.configs import TRL_NAMES  # light: the standard library only
     for f in config_fields(cls).values():
         t = _option_type(f.annotation)
         if f.name in hand or t is None or f.default in (_UNREAD, dataclasses.MISSING): continue
@@ -199,7 +200,7 @@ def _add_config_options(sec:dict, cls:str, hand:set):
             g.add_argument(*names, dest=f.name, action="store_false" if f.default else "store_true", default=argparse.SUPPRESS,
                            help=f"{f.name} = {not f.default}: {hlp}")
         else:
-            g.add_argument(opt, *ALIASES.get(f.name, ()), dest=f.name, type=t, choices=f.choices, default=argparse.SUPPRESS,
+            g.add_argument(opt, *_trl_aliases(TRL_NAMES).get(f.name, ()), dest=f.name, type=t, choices=f.choices, default=argparse.SUPPRESS,
                            metavar=None if f.choices else f.name.upper(), help=f"{hlp} (default {f.default})")
 
 def _given(a, cls:str, hand:set) -> dict:
@@ -237,7 +238,8 @@ def _train_parser(q):
     _reward_option(sec["model and data"])
     sec["algorithm"].add_argument("--algo", default="grpo", choices=PRESET_NAMES, help="algorithm preset (default grpo)")
     sec["algorithm"].add_argument("--set", type=_kv, action="append", metavar="KEY=VALUE", dest="algo_set",
-                   help="override a field of the algorithm, e.g. --set eps_high=0.2 --set dynamic_sampling=false")
+                   help="override a field of the algorithm (rl_notes.trainer.Algo, or TRL's name for it), e.g. --set eps_high=0.2 --set dynamic_sampling=false")
+    _trl_algo_options(sec["algorithm"])
     _add_config_options(sec, "TrainConfig", TRAIN_HAND)
 
 def _sft_parser(q):
@@ -246,6 +248,32 @@ def _sft_parser(q):
     sec["model and data"].add_argument("--model-arg", type=_kv, action="append", metavar="KEY=VALUE", help="tiny_llama option, e.g. hidden_size=128")
     sec["model and data"].add_argument("--cache-dir", default=None, help=CACHE_HELP)
     _add_config_options(sec, "SFTConfig", SFT_HAND)
+
+# %% ../nbs/18_cli.ipynb #812620b5
+def _trl_aliases(table:dict) -> dict:
+    "`ALIASES` plus, for each TRL name of a `TrainConfig` field spelled otherwise (`table`: `TRL_NAMES`), its option name."
+    out = {k: tuple(v) for k, v in ALIASES.items()}
+    for trl, t in table.items():
+        if t.cls == "TrainConfig" and t.values is None and trl != t.field: out[t.field] = out.get(t.field, ()) + ("--" + trl.replace("_", "-"),)
+    return out
+
+def _json_value(s:str):
+    "An option value as JSON when it parses (numbers, true/false, null), else the string."
+    try: return json.loads(s)
+    except json.JSONDecodeError: return s
+
+def _trl_algo_options(q):
+    "An option per TRL name of an `Algo` field (--beta, --epsilon, ...), kept as `trl_<name>` for `get_algo`."
+    from rl_notes.configs import TRL_NAMES  # light: the standard library only
+    for trl, t in TRL_NAMES.items():
+        if t.cls != "Algo" or trl in config_fields("TrainConfig"): continue
+        vals = f"; values: {', '.join(map(str, t.values))}" if t.values else ""
+        q.add_argument("--" + trl.replace("_", "-"), dest="trl_" + trl, type=_json_value, default=argparse.SUPPRESS, metavar=trl.upper(),
+                       help=f"TRL's {trl}: sets Algo.{t.field}{vals}{'; ' + t.note if t.note else ''}".replace("%", "%%"))
+
+def _trl_set(a) -> dict:
+    "The algorithm settings the TRL-named options gave, by TRL's names (`get_algo` translates them)."
+    return {k[4:]: v for k, v in vars(a).items() if k.startswith("trl_")}
 
 # %% ../nbs/18_cli.ipynb #7e6e67bf
 CACHE_HELP = "SFT cache (default $RL_NOTES_CACHE/sft, else ~/.cache/rl_notes/sft)"
@@ -295,7 +323,7 @@ def _train(a) -> int:
     from accelerate import Accelerator  # heavy: loads torch.distributed
     _scored(a.dataset, a.reward, a.task)
     rewards = a.reward or []                                   # (spec, weight or None); an unweighted function weighs 1
-    cfg = TrainConfig(model=a.model, algo=get_algo(a.algo, **dict(a.algo_set or [])), task=a.task or "addition", task_kw=_task_kw(a.task_arg),
+    cfg = TrainConfig(model=a.model, algo=get_algo(a.algo, **{**_trl_set(a), **dict(a.algo_set or [])}), task=a.task or "addition", task_kw=_task_kw(a.task_arg),
                       dataset=a.dataset, reward=[s for s, _ in rewards] or None,
                       reward_weights=[1.0 if w is None else w for _, w in rewards] if any(w is not None for _, w in rewards) else None,
                       **_given(a, "TrainConfig", TRAIN_HAND))

@@ -286,7 +286,7 @@ def modify_tokens(algo:Algo, t:Tokens) -> tuple[torch.Tensor, torch.Tensor|None]
 
 # %% ../nbs/14_trainer.ipynb #abe3bf9a
 # fields that may change between a run and its resumption (they do not change what is computed)
-RUN_CONTROL = ("steps", "resume", "overwrite", "stop_at", "save_every", "progress", "out_dir", "threads", "save_adapter")
+RUN_CONTROL = ("steps", "resume", "overwrite", "stop_at", "save_every", "progress", "out_dir", "threads", "save_adapter", "micro_batch_size")
 
 def _dataset_arg(v) -> str|None:
     "A `check` for `TrainConfig.dataset`: None, a path, or a `datasets.Dataset` / `DatasetDict` (anything with `column_names`)."
@@ -343,6 +343,7 @@ class TrainConfig:
     warmup_steps: int = _f(0, ge=0)  # linear learning-rate warm-up over this many RL steps (Adam's first updates are sign-like: size lr for every weight)
     ppo_epochs: int = _f(1, ge=1)  # passes over each rollout batch
     n_minibatches: int = _f(1, ge=1)  # optimizer steps per pass
+    micro_batch_size: int|None = _f(None, ge=1)  # responses per forward/backward pass; gradients accumulate over a minibatch's micro-batches before its one optimizer step (TRL: per_device_train_batch_size); None: the whole minibatch at once
     n_train: int = _f(20000, ge=1)  # size of the training prompt pool
     n_eval: int = _f(200, ge=0)  # held-out prompts (greedy decoding)
     eval_every: int = _f(25, ge=0)  # held-out evaluation every N steps (and at step 0 and at the end); 0: only at step 0
@@ -370,6 +371,7 @@ class TrainConfig:
         if a.soft_overlong and a.cache_len > self.max_new_tokens:
             raise ValueError(f"Algo.cache_len ({a.cache_len}) must be <= TrainConfig.max_new_tokens ({self.max_new_tokens}) for the soft overlong punishment")
         if self.n_prompts % self.n_minibatches: raise ValueError(f"TrainConfig.n_prompts ({self.n_prompts}) must be divisible by n_minibatches ({self.n_minibatches})")
+        if self.micro_batch_size and a.loss == "kl_cov": raise ValueError("TrainConfig.micro_batch_size: the kl_cov loss picks its tokens over the whole minibatch and cannot be split; leave it None")
         if self.resume and self.overwrite: raise ValueError("TrainConfig.resume and overwrite exclude each other: continue the previous run, or replace it")
         if self.reward_weights is not None and len(self.reward_weights) != len(self.reward or []):
             raise ValueError(f"TrainConfig.reward_weights has {len(self.reward_weights)} weights for {len(self.reward or [])} reward functions")
@@ -705,9 +707,11 @@ def _kept(run:Run) -> str:
     return (f"the last checkpoint, {run.ckpt!r} (step {run.saved}), is kept" if run.saved is not None
             else "no checkpoint had been written")
 
-def _optimizer_step(run:Run, step:int, what:str, model, opt, loss:torch.Tensor) -> float:
+def _optimizer_step(run:Run, step:int, what:str, model, opt, loss:torch.Tensor,
+                    backward:bool=True,  # False: the gradients are already there (micro-batches); `loss` is their total, for the check
+                   ) -> float:
     "Backward, gradient clipping, then AdamW; a non-finite loss or gradient norm stops the run before the weights change."
-    run.acc.backward(loss)
+    if backward: run.acc.backward(loss)
     gn = float(run.acc.clip_grad_norm_(model.parameters(), run.cfg.max_grad_norm))   # the norm of the all-reduced gradient
     if not (math.isfinite(float(loss.detach())) and math.isfinite(gn)):
         opt.zero_grad(set_to_none=True)
@@ -724,6 +728,7 @@ def _dp_global(run:Run, loss:torch.Tensor, global_mean:bool=True) -> torch.Tenso
 def _policy_step(run:Run, step:int, mb:Batch, old_logp, ref_logp, n_tok:float, n_pos:float, mt:Meter):
     "One policy update on minibatch `mb`: the per-token modifiers, the algorithm's loss (`POLICY_LOSSES`), plus VAPO's LM loss on correct responses."
     cfg, algo, m = run.cfg, run.algo, mb.loss_mask
+    if cfg.micro_batch_size and cfg.micro_batch_size < len(mb.ro): return _policy_step_micro(run, step, mb, old_logp, ref_logp, n_tok, n_pos, mt)
     logp, ent = response_logprobs(run.policy, mb.ro, cfg.temperature, with_entropy=True)          # (b, T), (b, T)
     old = logp.detach() if old_logp is None else old_logp
     adv, keep = modify_tokens(algo, Tokens(logp.detach(), old, mb.ro.old_logp, ent.detach(), mb.adv, m, run.gather, run.reduce))
@@ -752,6 +757,59 @@ def _critic_step(run:Run, step:int, mb:Batch, mask:torch.Tensor, n_tok:float, mt
     vgn = _optimizer_step(run, step, "value", run.critic, run.copt, vl)
     mt.add("value_loss", vl.detach(), 1)
     return values.detach(), vgn
+
+# %% ../nbs/14_trainer.ipynb #dc0963ae
+def _micro_share(algo:Algo, mask:torch.Tensor, whole:torch.Tensor) -> float:
+    "The weight of a micro-batch's loss (its (b, T) loss mask) in its minibatch's (mask `whole`), by the aggregation's divisor."
+    if algo.agg == "token-mean": return 1.0                                     # divided by the minibatch's global token count already
+    if algo.agg == "seq-mean-token-sum-norm": return len(mask) / max(len(whole), 1)
+    n = float((whole.sum(-1) > 0).sum())                                        # the sequences the mean runs over
+    return float((mask.sum(-1) > 0).sum()) / n if n else 0.0
+
+def _minibatch_tokens(run:Run, mb:Batch, parts:list):
+    "(advantages, keep) of the whole minibatch from a pass without gradients, when a modifier ranks tokens over it; else None."
+    algo, cfg = run.algo, run.cfg
+    if algo.top_entropy_quantile >= 1 and algo.clip_cov_ratio <= 0: return None   # every other modifier is per token or per sequence
+    with torch.no_grad():
+        lp, en = zip(*(response_logprobs(run.policy, mb.rows(torch.arange(s.start, s.stop)).ro, cfg.temperature, with_entropy=True) for s in parts))
+    return torch.cat(lp), torch.cat(en)
+
+def _policy_step_micro(run:Run, step:int, mb:Batch, old_logp, ref_logp, n_tok:float, n_pos:float, mt:Meter):
+    "`_policy_step` over micro-batches of `micro_batch_size` rows: each one's share of the loss back-propagated, then one optimizer step."
+    cfg, algo, B = run.cfg, run.algo, len(mb.ro)
+    parts = [slice(s, min(s + cfg.micro_batch_size, B)) for s in range(0, B, cfg.micro_batch_size)]
+    tm = algo.agg == "token-mean"
+    pre = _minibatch_tokens(run, mb, parts)
+    if pre is not None:
+        old_all = pre[0] if old_logp is None else old_logp
+        adv_all, keep_all = modify_tokens(algo, Tokens(pre[0], old_all, mb.ro.old_logp, pre[1], mb.adv, mb.loss_mask, run.gather, run.reduce))
+    total, lm_total = 0.0, 0.0
+    for s in parts:
+        c = mb.rows(torch.arange(s.start, s.stop))
+        logp, ent = response_logprobs(run.policy, c.ro, cfg.temperature, with_entropy=True)            # (b, T), (b, T)
+        old = logp.detach() if old_logp is None else old_logp[s]
+        if pre is None: adv, keep = modify_tokens(algo, Tokens(logp.detach(), old, c.ro.old_logp, ent.detach(), c.adv, c.loss_mask, run.gather, run.reduce))
+        else: adv, keep = adv_all[s], None if keep_all is None else keep_all[s]
+        lp = logp if keep is None else torch.where(keep, logp, logp.detach())
+        loss, pm = POLICY_LOSSES[algo.loss](algo, lp, old, None if ref_logp is None else ref_logp[s], adv, c.loss_mask, max_tokens=cfg.max_new_tokens,
+                                            global_tokens=max(n_tok, 1.0) if tm else None, reduce=run.reduce)
+        part = _dp_global(run, loss * _micro_share(algo, c.loss_mask, mb.loss_mask), tm)
+        if algo.mu > 0 and n_pos > 0:
+            lm, lmm = positive_lm_loss(logp, c.loss_mask, c.correct, mu=algo.mu, global_tokens=n_pos)
+            part = part + _dp_global(run, lm); lm_total += float(_dp_global(run, lmm["nll"]))
+        run.acc.backward(part)
+        total += float(part.detach())
+        w = float(c.loss_mask.sum())
+        mt.add("entropy", masked_mean(ent.detach(), c.loss_mask), w)
+        for k in ("clipfrac", "clipfrac_low", "clipfrac_high", "approx_kl", "ratio_mean"): mt.add(k, pm[k], w)
+        mt.add("kl_ref", pm.get("kl", 0.0), w if "kl" in pm else 0)
+    if algo.mu > 0:
+        if n_pos > 0: mt.add("lm_loss", lm_total, 1)
+        mt.add("lm_loss", 0.0, 0)
+    lm_part = lm_total if algo.mu > 0 and n_pos > 0 else 0.0
+    gn = _optimizer_step(run, step, "policy", run.policy, run.opt, torch.tensor(total), backward=False)
+    mt.add("loss", total - lm_part, 1); mt.add("grad_norm", gn, 1)
+    mt.add("micro_batches", len(parts), 1)
 
 # %% ../nbs/14_trainer.ipynb #68e6c920
 def _explained_var(run:Run, values:list, returns:list, masks:list) -> float|None:
