@@ -4,7 +4,7 @@
 
 # %% ../nbs/14_trainer.ipynb #7bfa91ff
 from __future__ import annotations
-import os, json, math, time, copy, random, shutil, hashlib, dataclasses, contextlib
+import os, json, math, time, copy, random, shutil, hashlib, warnings, dataclasses, contextlib
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 from typing import Callable, Literal
@@ -26,13 +26,14 @@ from .configs import validate_config, from_trl, TRL_NAMES
 from .rundir import RunDir, RunLock, run_mode
 
 # %% auto #0
-__all__ = ['PRESETS', 'ADVANTAGE_ESTIMATORS', 'CRITIC_ESTIMATORS', 'POLICY_LOSSES', 'TOKEN_MODIFIERS', 'RUN_CONTROL', 'MODEL_DIR',
-           'Algo', 'get_algo', 'Batch', 'make_batch', 'adv_group', 'adv_group_mean', 'adv_gae', 'adv_correct',
-           'adv_rloo', 'adv_reinforce_pp', 'loss_clip', 'loss_nll', 'loss_gspo', 'loss_cispo', 'loss_kl_cov', 'Tokens',
-           'mod_tis', 'mod_entropy', 'mod_clip_cov', 'modify_tokens', 'TrainConfig', 'trl_config', 'Meter',
-           'heldout_eval', 'TrainingDiverged', 'seed_everything', 'Run', 'setup', 'collect', 'advantages', 'update',
-           'Reporter', 'final_metrics', 'model_card', 'export_model', 'heldout', 'eval_due', 'log_row', 'checkpoint',
-           'value_pretrain_step', 'TrainResult', 'train']
+__all__ = ['PRESETS', 'ADVANTAGE_ESTIMATORS', 'CRITIC_ESTIMATORS', 'POLICY_LOSSES', 'TOKEN_MODIFIERS', 'RUN_CONTROL',
+           'LAB_DEFAULTS', 'REAL_MODEL_PARAMS', 'RENAMED_WITH_REWARDS', 'MODEL_DIR', 'Algo', 'get_algo', 'Batch',
+           'make_batch', 'adv_group', 'adv_group_mean', 'adv_gae', 'adv_correct', 'adv_rloo', 'adv_reinforce_pp',
+           'loss_clip', 'loss_nll', 'loss_gspo', 'loss_cispo', 'loss_kl_cov', 'Tokens', 'mod_tis', 'mod_entropy',
+           'mod_clip_cov', 'modify_tokens', 'TrainConfig', 'trl_config', 'Meter', 'heldout_eval', 'TrainingDiverged',
+           'seed_everything', 'Run', 'setup', 'collect', 'advantages', 'update', 'Reporter', 'final_metrics',
+           'model_card', 'export_model', 'heldout', 'eval_due', 'log_row', 'checkpoint', 'value_pretrain_step',
+           'TrainResult', 'train']
 
 # %% ../nbs/14_trainer.ipynb #2efb1170
 def _f(default, **rules):
@@ -489,10 +490,24 @@ class Run:
     def __enter__(self): return self
     def __exit__(self, *exc): self.close()
 
+# %% ../nbs/14_trainer.ipynb #026f0257
+LAB_DEFAULTS = {"lr": 5e-4, "max_new_tokens": 16}  # TrainConfig's defaults, sized for the lab's tiny models
+REAL_MODEL_PARAMS = 100_000_000  # above this many parameters those defaults are the wrong ones
+
+def _warn_tiny_defaults(cfg:TrainConfig, model) -> str|None:
+    "Warn (and return the message) when a model over `REAL_MODEL_PARAMS` parameters keeps one of the lab's tiny-model defaults."
+    n, kept = sum(p.numel() for p in model.parameters()), {k: v for k, v in LAB_DEFAULTS.items() if getattr(cfg, k) == v}
+    if n <= REAL_MODEL_PARAMS or not kept: return None
+    msg = (f"the model has {n / 1e6:.0f}M parameters but TrainConfig keeps the tiny-model default(s) {kept}; for a real model set "
+           "lr (--learning-rate) near 1e-6 and max_new_tokens (--max-completion-length) to the answers' length (TRL's defaults: 1e-6 and 512)")
+    warnings.warn(msg, stacklevel=3)
+    return msg
+
 # %% ../nbs/14_trainer.ipynb #62645a04
 def _models(cfg:TrainConfig, acc) -> dict:
     "Policy (and its frozen reference when beta > 0), a critic when the estimator needs one, AdamW for each; prepared by `acc`."
     with _quiet_hf(): policy, tok = load_model(cfg.model, dtype=cfg.dtype)
+    _warn_tiny_defaults(cfg, policy)
     policy.to(acc.device).train()
     # under LoRA the reference is the same model with its adapters disabled (`_old_ref_logp`), not a copy
     ref = copy.deepcopy(policy).eval().requires_grad_(False) if cfg.algo.beta > 0 and not cfg.lora_r else None
@@ -601,6 +616,7 @@ def _rollout_metrics(run:Run, first:dict, keep:torch.Tensor, mt:Meter):
     mt.add("len_wrong", L[~ok].mean() if (~ok).any() else 0.0, n * float((~ok).float().mean()))
     mt.add("trunc_rate", ro.truncated.float().mean(), n); mt.max("resp_len_max", L.max())
     mt.add("kept_frac", keep.float().mean(), n / run.cfg.group_size)
+    _reward_stats(run, reward, first["per_func"], n, mt)
 
 @contextlib.contextmanager
 def _sampling(run:Run):
@@ -640,6 +656,25 @@ def collect(run:Run, step:int, mt:Meter) -> Batch:
     mt.add("gen_rounds", rounds, 1); mt.add("time_gen", clock["gen"], 1); mt.add("time_reward", clock["reward"], 1)
     mt.add("filler_frac", fillers / need, 1)
     return make_batch(got["ro"], got["reward"], got["score"], run.device, algo.overlong_filter)
+
+# %% ../nbs/14_trainer.ipynb #dc412178
+def _reward_stats(run:Run, reward:torch.Tensor, per_func:dict, n:float, mt:Meter):
+    "TRL's reward statistics: `reward_std` (mean within-group std), `frac_reward_zero_std`, `rewards/<f>/mean` and `/std` (NaN: not scored)."
+    G = run.cfg.group_size
+    if G >= 2:
+        std = reward.view(-1, G).std(-1)                                         # (n_groups,) unbiased, as torch.std and TRL
+        mt.add("reward_std", std.mean(), n / G); mt.add("frac_reward_zero_std", torch.isclose(std, torch.zeros_like(std)).float().mean(), n / G)
+    for k, v in per_func.items():
+        ok = ~torch.isnan(v)
+        w = n * float(ok.float().mean())
+        mt.add(f"rewards/{k}/mean", v[ok].mean() if ok.any() else 0.0, w)
+        mt.add(f"rewards/{k}/std", v[ok].std() if ok.sum() > 1 else 0.0, w if ok.sum() > 1 else 0)
+
+RENAMED_WITH_REWARDS = {"acc": "frac_reward_ge1", "heldout_acc": "heldout_reward", "heldout_sample_acc": "heldout_sample_reward"}  # no verifier: no accuracy
+
+def _named(run:Run, row:dict) -> dict:
+    "A metric row with the names it deserves: with reward functions (`TrainConfig.reward`), no key says accuracy."
+    return row if not run.cfg.reward else {RENAMED_WITH_REWARDS.get(k, k): v for k, v in row.items()}
 
 # %% ../nbs/14_trainer.ipynb #1c0f4ff8
 def _values(critic, ro:Rollout) -> torch.Tensor:
@@ -855,10 +890,10 @@ class Reporter:
         else: raise ValueError(f"`kind` must be 'tensorboard' or 'trackio', got {kind!r}")
 
     def log(self, row:dict):
-        "Send the numbers of one metric row at its step (VAPO's value pre-training rows under `value_pretrain/`, at their own step)."
+        "Send the numbers of one metric row at its step: held-out ones under `eval/`, the others under `train/` (VAPO's value pre-training under `value_pretrain/`, at its own step)."
         vp = row.get("phase") == "value_pretrain"
         step = int(row["vp_step"] if vp else row["step"])
-        nums = {("value_pretrain/" if vp else "") + k: float(v) for k, v in row.items()
+        nums = {("value_pretrain/" if vp else "eval/" if k.startswith("heldout") else "train/") + k: float(v) for k, v in row.items()
                 if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in ("step", "vp_step")}
         if self.kind == "tensorboard":
             for k, v in nums.items(): self.writer.add_scalar(k, v, step)
@@ -935,6 +970,7 @@ def eval_due(cfg:TrainConfig, step:int) -> bool:
 
 def log_row(run:Run, row:dict):
     "Keep a metric row, append it to metrics.jsonl (main process; flushed line by line), and report it (TensorBoard / trackio)."
+    row = _named(run, row)
     run.rows.append(row)
     if run.main: run.log.append(row)
     if run.reporter is not None: run.reporter.log(row)
