@@ -114,3 +114,34 @@ def test_micro_batches_give_the_same_step(tmp_path, micro_sft, kw):
         wa, wb = (load_file(str(tmp_path / f"m{x}" / "ckpt" / "policy.safetensors")) for x in (None, m))
         assert max(float((wa[k] - wb[k]).abs().max()) for k in wa) < 1e-6
     assert runs[3][-1]["micro_batches"] == 6                    # 16 responses in micro-batches of 3, 3, 3, 3, 3, 1
+
+
+def test_loss_rough_edges():
+    "dapo_loss with every response truncated warns (loss 0, no gradient); grpo_loss / dapo_loss agree by keyword; help(grpo_loss) documents the arguments."
+    import warnings
+    import torch
+    from rl_notes.grpo import grpo_loss
+    from rl_notes.dapo import dapo_loss
+    g = torch.Generator().manual_seed(0)
+    logp, mask = -torch.rand(4, 5, generator=g), torch.ones(4, 5)
+    kw = dict(logp=logp, old_logp=logp + 0.1 * torch.randn(4, 5, generator=g), adv=torch.randn(4, generator=g), mask=mask)
+    with pytest.warns(UserWarning, match="all 4 responses are truncated"):
+        loss, m = dapo_loss(**kw, truncated=torch.ones(4, dtype=torch.bool))
+    assert float(loss) == 0.0 and float(m["overlong_frac"]) == 1.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                                    # some responses truncated: no warning
+        dapo_loss(**kw, truncated=torch.tensor([True, False, False, False]))
+    assert torch.allclose(dapo_loss(**kw, eps_high=0.2)[0], grpo_loss(**kw, ref_logp=None, beta=0.0, agg="token-mean")[0])
+    assert "Pass them by keyword" in grpo_loss.__doc__ and "by keyword" in dapo_loss.__doc__
+
+
+def test_trl_names_and_unknown_fields():
+    from rl_notes.trainer import get_algo, trl_config
+    c = trl_config(model="m", num_generations=4, max_completion_length=64, learning_rate=1e-6, beta=0.0, epsilon=0.2, loss_type="dr_grpo",
+                   scale_rewards="none", num_iterations=2, per_device_train_batch_size=8, temperature=0.7, top_p=1.0, top_k=0)
+    assert (c.group_size, c.max_new_tokens, c.lr, c.ppo_epochs, c.micro_batch_size, c.temperature) == (4, 64, 1e-6, 2, 8, 0.7)
+    assert (c.algo.beta, c.algo.eps_low, c.algo.eps_high, c.algo.agg, c.algo.adv) == (0.0, 0.2, 0.2, "seq-mean-token-sum-norm", "group-mean-only")
+    with pytest.raises(ValueError, match=r"unknown Algo field\(s\) \['epsilonn'\]; valid: name, adv.*also TRL's names: beta, epsilon"):
+        get_algo("grpo", epsilonn=0.2)
+    with pytest.raises(ValueError, match="top_p=0.9"):
+        trl_config(model="m", top_p=0.9)
