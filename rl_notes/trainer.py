@@ -339,7 +339,7 @@ class TrainConfig:
     lora_dropout: float = _f(0.0, ge=0, lt=1)  # dropout on the LoRA input
     lora_target_modules: str|list[str] = "all-linear"  # the modules LoRA adapts (peft's `target_modules`)
     save_adapter: bool = False  # under LoRA, out_dir/model holds the adapter alone (peft's files); False: the adapter merged into full weights
-    report_to: str = _f("none", choices=("none", "tensorboard", "trackio"))  # also send the metric rows there (metrics.jsonl is always written)
+    report_to: str = _f("none", choices=("none", "tensorboard", "trackio", "wandb"))  # also send the metric rows there (metrics.jsonl is always written)
     max_grad_norm: float = _f(1.0, gt=0)  # gradient clipping
     warmup_steps: int = _f(0, ge=0)  # linear learning-rate warm-up over this many RL steps (Adam's first updates are sign-like: size lr for every weight)
     ppo_epochs: int = _f(1, ge=1)  # passes over each rollout batch
@@ -868,11 +868,22 @@ def update(run:Run, step:int, batch:Batch, mt:Meter):
     if run.critic is not None: mt.put("explained_var", _explained_var(run, **pooled))
     mt.add("time_update", time.time() - t0, 1)
 
+# %% ../nbs/14_trainer.ipynb #b181f79f
+def _wandb_run(out_dir:str, config:dict):
+    "A W&B run (project $WANDB_PROJECT, else rl_notes) named after the run directory, files under out_dir/wandb; `WANDB_MODE=offline` writes only there."
+    try: import wandb  # heavy: loads wandb, an optional extra
+    except ImportError: raise ValueError('TrainConfig.report_to="wandb" needs wandb: pip install "rl_notes[wandb]"') from None
+    run = wandb.init(project=os.environ.get("WANDB_PROJECT", "rl_notes"), name=Path(out_dir).resolve().name, dir=out_dir, config=config)
+    run.define_metric("step"); run.define_metric("value_pretrain/vp_step")
+    for g in ("train/*", "eval/*"): run.define_metric(g, step_metric="step")
+    run.define_metric("value_pretrain/*", step_metric="value_pretrain/vp_step")
+    return run
+
 # %% ../nbs/14_trainer.ipynb #196b9e29
 class Reporter:
-    "Metric rows sent, besides metrics.jsonl, to TensorBoard or trackio (the main process only)."
+    "Metric rows sent, besides metrics.jsonl, to TensorBoard, trackio or W&B (the main process only)."
     def __init__(self,
-                 kind:str,  # "tensorboard" or "trackio"
+                 kind:str,  # "tensorboard", "trackio" or "wandb"
                  out_dir:str,  # the run directory (TensorBoard writes out_dir/tensorboard; trackio names its run after it)
                  config:dict,  # the run's config, stored with a trackio run
                 ):
@@ -887,7 +898,8 @@ class Reporter:
             self.writer = trackio
             trackio.init(project="rl_notes", name=Path(out_dir).resolve().name, config=config, resume="allow",
                          auto_log_gpu=False, auto_log_cpu=False)
-        else: raise ValueError(f"`kind` must be 'tensorboard' or 'trackio', got {kind!r}")
+        elif kind == "wandb": self.writer = _wandb_run(out_dir, config)
+        else: raise ValueError(f"`kind` must be 'tensorboard', 'trackio' or 'wandb', got {kind!r}")
 
     def log(self, row:dict):
         "Send the numbers of one metric row at its step: held-out ones under `eval/`, the others under `train/` (VAPO's value pre-training under `value_pretrain/`, at its own step)."
@@ -898,6 +910,7 @@ class Reporter:
         if self.kind == "tensorboard":
             for k, v in nums.items(): self.writer.add_scalar(k, v, step)
             self.writer.flush()
+        elif self.kind == "wandb": self.writer.log({**nums, ("value_pretrain/vp_step" if vp else "step"): step})   # each its own x-axis
         else: self.writer.log(nums, step=step)
 
     def close(self):

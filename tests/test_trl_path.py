@@ -145,3 +145,16 @@ def test_trl_names_and_unknown_fields():
         get_algo("grpo", epsilonn=0.2)
     with pytest.raises(ValueError, match="top_p=0.9"):
         trl_config(model="m", top_p=0.9)
+
+
+def test_wandb_reporter_offline(tmp_path, micro_sft, monkeypatch):
+    "report_to='wandb' under W&B's offline mode: a run in out_dir/wandb, the rows under train/ and eval/ against `step`."
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline"); monkeypatch.setenv("WANDB_SILENT", "true")
+    from rl_notes.trainer import TrainConfig, train
+    rows = train(TrainConfig(model=micro_sft, task_kw=dict(max_digits=2, scratchpad=False), steps=2, n_prompts=2, group_size=2,
+                             max_new_tokens=4, n_eval=4, eval_every=1, n_train=64, progress=False, threads=1, report_to="wandb",
+                             out_dir=str(tmp_path / "run")))
+    assert len(rows) == 3
+    runs = list((tmp_path / "run" / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(runs) == 1 and runs[0].stat().st_size > 0
