@@ -191,6 +191,7 @@ def _sections(q) -> dict:
 def _add_config_options(sec:dict, cls:str, hand:set):
     "One option per field of the config `cls` that the command line can set, in its section; an option left out keeps the config's default."
     from rl_notes.configs import TRL_NAMES  # light: the standard library only
+    aliases = _trl_aliases(TRL_NAMES) if cls == "TrainConfig" else ALIASES   # TRL's names are GRPOConfig's: the RL trainer's only
     for f in config_fields(cls).values():
         t = _option_type(f.annotation)
         if f.name in hand or t is None or f.default in (_UNREAD, dataclasses.MISSING): continue
@@ -200,7 +201,7 @@ def _add_config_options(sec:dict, cls:str, hand:set):
             g.add_argument(*names, dest=f.name, action="store_false" if f.default else "store_true", default=argparse.SUPPRESS,
                            help=f"{f.name} = {not f.default}: {hlp}")
         else:
-            g.add_argument(opt, *_trl_aliases(TRL_NAMES).get(f.name, ()), dest=f.name, type=t, choices=f.choices, default=argparse.SUPPRESS,
+            g.add_argument(opt, *aliases.get(f.name, ()), dest=f.name, type=t, choices=f.choices, default=argparse.SUPPRESS,
                            metavar=None if f.choices else f.name.upper(), help=f"{hlp} (default {f.default})")
 
 def _given(a, cls:str, hand:set) -> dict:

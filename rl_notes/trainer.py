@@ -4,7 +4,7 @@
 
 # %% ../nbs/14_trainer.ipynb #7bfa91ff
 from __future__ import annotations
-import os, json, math, time, copy, random, shutil, hashlib, warnings, dataclasses, contextlib
+import os, json, math, time, copy, random, shutil, hashlib, warnings, dataclasses, contextlib, importlib.util
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 from typing import Callable, Literal
@@ -576,6 +576,20 @@ def _open_dir(run:Run):
     run.rows = rows
     run.acc.wait_for_everyone()
 
+# %% ../nbs/14_trainer.ipynb #eed9882e
+def _needed_extras(cfg:TrainConfig) -> dict:
+    "{package: (the setting that needs it, the rl_notes extra that installs it)} of the run `cfg`."
+    need = {"peft": ("TrainConfig.lora_r > 0", "lora")} if cfg.lora_r else {}
+    if cfg.task == "math" and not cfg.reward: need["math_verify"] = ('TrainConfig.task="math"', "math")
+    rep = {"tensorboard": "tensorboard", "trackio": "trackio", "wandb": "wandb"}.get(cfg.report_to)
+    if rep: need[rep] = (f'TrainConfig.report_to="{cfg.report_to}"', rep)
+    return need
+
+def _check_extras(cfg:TrainConfig, find=importlib.util.find_spec):
+    "A ValueError naming the first optional package the run needs that is not installed, and the extra that installs it."
+    for pkg, (why, extra) in _needed_extras(cfg).items():
+        if find(pkg) is None: raise ValueError(f'{why} needs {pkg}, which is not installed: pip install "rl_notes[{extra}]"')
+
 # %% ../nbs/14_trainer.ipynb #dad13968
 def setup(cfg:TrainConfig,  # the run
           accelerator=None,  # an `accelerate.Accelerator`; default: a new one (CPU, GPU or `accelerate launch` settings)
@@ -590,6 +604,7 @@ def setup(cfg:TrainConfig,  # the run
         raise ValueError(f"rows per process ({cfg.n_prompts // W * cfg.group_size}) must be divisible by n_minibatches ({cfg.n_minibatches})")
     if not cfg.model or not (os.path.isdir(cfg.model) or is_hub_id(cfg.model)): raise FileNotFoundError(f"model path {cfg.model!r} is not a directory")
     resolve_model(cfg.model, "TrainConfig.model")   # a hub id not in the cache and offline: one line, before any work
+    _check_extras(cfg)                              # a missing optional package: one line, before any data or model is loaded
     if cfg.threads: torch.set_num_threads(cfg.threads)
     seed_everything(cfg.seed)
     task = get_task(cfg.task, **cfg.task_kw)

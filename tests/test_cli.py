@@ -23,7 +23,7 @@ def test_help():
     r = run("train", "--help")
     assert r.returncode == 0 and "--algo" in r.stdout and "dapo" in r.stdout and "--task-arg" in r.stdout and "--overwrite" in r.stdout
     text = " ".join(r.stdout.split())                                  # argparse wraps at the terminal width
-    assert "--steps STEPS RL steps (one rollout batch each) (default 100)" in text   # type, help and default from TrainConfig
+    assert "--steps STEPS, --max-steps STEPS RL steps (one rollout batch each) (default 100)" in text   # type, help and default from TrainConfig; TRL's name as an alias
     for old in ("--out", "--quiet", "--no-shard", "--group-size", "--max-new-tokens", "--lr"): assert old in text   # option names kept
     sections = [text.index(f"{g} options:") for g in ("model and data", "algorithm", "generation", "optimisation", "evaluation and logging")]
     assert sections == sorted(sections)
@@ -65,7 +65,7 @@ def test_options_are_the_config_fields():
 @pytest.mark.parametrize("args,msg", [
     (("train", "--algo", "reinforce", "--model", "."), "invalid choice: 'reinforce'"),
     (("train",), "the following arguments are required: --model"),
-    (("train", "--model", ".", "--steps", "ten"), "argument --steps: invalid int value: 'ten'"),
+    (("train", "--model", ".", "--steps", "ten"), "argument --steps/--max-steps: invalid int value: 'ten'"),
     (("frobnicate",), "invalid choice: 'frobnicate'"),
     # and two that the config finds, end to end
     (("train", "--model", ".", "--warmup-steps", "-5"), "TrainConfig.warmup_steps must be an int >= 0, got -5"),
