@@ -120,7 +120,7 @@ def hub_snapshot(repo_id:str,  # "org/name"
     try: return Path(snapshot_download(repo_id, repo_type=repo_type, allow_patterns=allow_patterns))
     except Exception as e:
         get = f"hf download {repo_id}" + (" --repo-type dataset" if repo_type == "dataset" else "") + \
-              "".join(f" --include '{p}'" for p in (allow_patterns or []) if p in ("*.json", "*.safetensors", "tokenizer*"))
+              "".join(f" --include '{p}'" for p in (allow_patterns or []) if repo_type == "dataset" or p in ("*.json", "*.safetensors", "tokenizer*"))
         why = ("HF_HUB_OFFLINE=1 and it is not in the Hugging Face cache" if hub_constants.HF_HUB_OFFLINE
                else f"it could not be fetched ({_first_line(e)})")
         raise ValueError(f"{what} {repo_id!r}: {why} ({hub_constants.HF_HUB_CACHE}); download it on a machine with network access "
