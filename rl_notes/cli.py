@@ -159,10 +159,10 @@ def config_fields(cls:str) -> dict[str, ConfigField]:
 GROUPS = ("model and data", "algorithm", "generation", "optimisation", "evaluation and logging")  # --help sections, in this order
 FIELD_GROUP = {  # config field -> --help section (TrainConfig and SFTConfig; a check below places every field)
     **dict.fromkeys(("model", "task", "task_kw", "dataset", "reward", "reward_weights", "critic_init", "dtype", "gradient_checkpointing",
-                     "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "n_train", "model_cfg", "chars"), "model and data"),
+                     "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "save_adapter", "n_train", "model_cfg", "chars"), "model and data"),
     **dict.fromkeys(("algo", "group_size", "ppo_epochs", "n_minibatches"), "algorithm"),
     **dict.fromkeys(("max_new_tokens", "temperature"), "generation"),
-    **dict.fromkeys(("steps", "n_prompts", "lr", "critic_lr", "weight_decay", "max_grad_norm", "warmup_steps", "seed", "threads",
+    **dict.fromkeys(("steps", "n_prompts", "lr", "critic_lr", "weight_decay", "max_grad_norm", "warmup_steps", "seed", "threads", "micro_batch_size",
                      "shard_rollouts", "batch_size", "warmup"), "optimisation"),
     **dict.fromkeys(("n_eval", "eval_every", "save_every", "out_dir", "resume", "overwrite", "accept_changed", "stop_at", "report_to", "progress",
                      "eval_n", "target_accuracy", "val_n"), "evaluation and logging"),
@@ -192,6 +192,8 @@ def _sections(q) -> dict:
 
 def _add_config_options(sec:dict, cls:str, hand:set):
     "One option per field of the config `cls` that the command line can set, in its section; an option left out keeps the config's default."
+    from rl_notes.configs import TRL_NAMES  # light: the standard library only
+    aliases = _trl_aliases(TRL_NAMES) if cls == "TrainConfig" else ALIASES   # TRL's names are GRPOConfig's: the RL trainer's only
     for f in config_fields(cls).values():
         t = _option_type(f.annotation)
         if f.name in hand or t is None or f.default in (_UNREAD, dataclasses.MISSING): continue
@@ -201,7 +203,7 @@ def _add_config_options(sec:dict, cls:str, hand:set):
             g.add_argument(*names, dest=f.name, action="store_false" if f.default else "store_true", default=argparse.SUPPRESS,
                            help=f"{f.name} = {not f.default}: {hlp}")
         else:
-            g.add_argument(opt, *ALIASES.get(f.name, ()), dest=f.name, type=t, choices=f.choices, default=argparse.SUPPRESS,
+            g.add_argument(opt, *aliases.get(f.name, ()), dest=f.name, type=t, choices=f.choices, default=argparse.SUPPRESS,
                            metavar=None if f.choices else f.name.upper(), help=f"{hlp} (default {f.default})")
 
 def _given(a, cls:str, hand:set) -> dict:
@@ -217,21 +219,30 @@ def _reward_arg(s:str):
     return s, None
 
 def _task_args(q, model=False):
-    q.add_argument("--task", default="addition", help="task name: addition | countdown | math (default: addition; math needs --task-arg data_files=PATH)")
+    q.add_argument("--task", default=None, help="task name: addition | countdown | math (default: addition; math needs --task-arg data_files=PATH)")
     q.add_argument("--task-arg", type=_kv, action="append", metavar="KEY=VALUE", help="task option, repeatable, e.g. --task-arg max_digits=3")
-    if model: q.add_argument("--model", required=True, metavar="PATH", help="directory of a Hugging Face causal-LM checkpoint with its tokenizer")
+    if model: q.add_argument("--model", required=model == "required", metavar="PATH", help="directory of a Hugging Face causal-LM checkpoint with its "
+                             "tokenizer, or a hub id org/name (from the Hugging Face cache, downloaded if missing; safetensors only)")
+
+def _dataset_arg(q):
+    q.add_argument("--dataset", default=None, metavar="PATH|ORG/NAME", help="prompts with a `prompt` column: a jsonl / json / parquet / csv "
+                   "file, a save_to_disk directory, or a hub dataset org/name[:config[:split]] from the Hugging Face cache (its test split is "
+                   "held out, else a seeded 10%%); needs --reward (or a --task whose verifier reads its columns); default: the task's prompts")
+
+def _reward_option(q):
+    q.add_argument("--reward", type=_reward_arg, action="append", metavar="SPEC[=WEIGHT]",
+                   help="reward function with TRL's signature, 'module:function' or 'file.py:function', optionally =weight; repeatable "
+                   "(default: the task's verifier)")
 
 def _train_parser(q):
     sec = _sections(q)
-    _task_args(sec["model and data"], model=True)
-    sec["model and data"].add_argument("--dataset", default=None, metavar="PATH", help="prompts from a local dataset with a `prompt` column: a "
-                   "jsonl / json / parquet / csv file or a save_to_disk directory (its test split is held out, else a seeded 10%%); default: the task's prompts")
-    sec["model and data"].add_argument("--reward", type=_reward_arg, action="append", metavar="SPEC[=WEIGHT]",
-                   help="reward function with TRL's signature, 'module:function' or 'file.py:function', optionally =weight; repeatable "
-                   "(default: the task's verifier)")
+    _task_args(sec["model and data"], model="required")
+    _dataset_arg(sec["model and data"])
+    _reward_option(sec["model and data"])
     sec["algorithm"].add_argument("--algo", default="grpo", choices=PRESET_NAMES, help="algorithm preset (default grpo)")
     sec["algorithm"].add_argument("--set", type=_kv, action="append", metavar="KEY=VALUE", dest="algo_set",
-                   help="override a field of the algorithm, e.g. --set eps_high=0.2 --set dynamic_sampling=false")
+                   help="override a field of the algorithm (rl_notes.trainer.Algo, or TRL's name for it), e.g. --set eps_high=0.2 --set dynamic_sampling=false")
+    _trl_algo_options(sec["algorithm"])
     _add_config_options(sec, "TrainConfig", TRAIN_HAND)
 
 def _sft_parser(q):
@@ -240,6 +251,32 @@ def _sft_parser(q):
     sec["model and data"].add_argument("--model-arg", type=_kv, action="append", metavar="KEY=VALUE", help="tiny_llama option, e.g. hidden_size=128")
     sec["model and data"].add_argument("--cache-dir", default=None, help=CACHE_HELP)
     _add_config_options(sec, "SFTConfig", SFT_HAND)
+
+# %% ../nbs/18_cli.ipynb #812620b5
+def _trl_aliases(table:dict) -> dict:
+    "`ALIASES` plus, for each TRL name of a `TrainConfig` field spelled otherwise (`table`: `TRL_NAMES`), its option name."
+    out = {k: tuple(v) for k, v in ALIASES.items()}
+    for trl, t in table.items():
+        if t.cls == "TrainConfig" and t.values is None and trl != t.field: out[t.field] = out.get(t.field, ()) + ("--" + trl.replace("_", "-"),)
+    return out
+
+def _json_value(s:str):
+    "An option value as JSON when it parses (numbers, true/false, null), else the string."
+    try: return json.loads(s)
+    except json.JSONDecodeError: return s
+
+def _trl_algo_options(q):
+    "An option per TRL name of an `Algo` field (--beta, --epsilon, ...), kept as `trl_<name>` for `get_algo`."
+    from rl_notes.configs import TRL_NAMES  # light: the standard library only
+    for trl, t in TRL_NAMES.items():
+        if t.cls != "Algo" or trl in config_fields("TrainConfig"): continue
+        vals = f"; values: {', '.join(map(str, t.values))}" if t.values else ""
+        q.add_argument("--" + trl.replace("_", "-"), dest="trl_" + trl, type=_json_value, default=argparse.SUPPRESS, metavar=trl.upper(),
+                       help=f"TRL's {trl}: sets Algo.{t.field}{vals}{'; ' + t.note if t.note else ''}".replace("%", "%%"))
+
+def _trl_set(a) -> dict:
+    "The algorithm settings the TRL-named options gave, by TRL's names (`get_algo` translates them)."
+    return {k[4:]: v for k, v in vars(a).items() if k.startswith("trl_")}
 
 # %% ../nbs/18_cli.ipynb #7e6e67bf
 CACHE_HELP = "SFT cache (default $RL_NOTES_CACHE/sft, else ~/.cache/rl_notes/sft)"
@@ -259,10 +296,13 @@ def _parser(cmd:str|None=None,  # the subcommand whose options are built (those 
                              ("train", _train_parser, "RL training with one of the algorithm presets")):
         q = sub.add_parser(name, help=hlp)
         if cmd == name: build(q)
-    q = sub.add_parser("eval", help="greedy held-out accuracy of a checkpoint")
-    _task_args(q, model=True)
+    q = sub.add_parser("eval", help="greedy held-out score of a model: a run directory, a model directory or a hub id")
+    q.add_argument("target", nargs="?", default=None, metavar="RUN_OR_MODEL", help="a run directory (its model/, and by default its task, "
+                   "dataset, rewards and max_new_tokens), a model directory or a hub id org/name; or --model")
+    _task_args(q, model="optional")
+    _dataset_arg(q); _reward_option(q)
     q.add_argument("--n", type=int, default=200, help="test-split prompts (default 200)")
-    q.add_argument("--max-new-tokens", type=int, default=None, help="default: the task's longest answer + EOS")
+    q.add_argument("--max-new-tokens", type=int, default=None, help="default: the run's, else the task's longest answer + EOS (needed with --reward)")
     q.add_argument("--seed", type=int, default=0)
     q = sub.add_parser("plot", help="plot the metrics of one or more runs into one PNG")
     q.add_argument("runs", nargs="+", metavar="RUN", help="run directories (with metrics.jsonl)")
@@ -344,8 +384,9 @@ def _train(a) -> int:
     "`rl_notes train`: the config from the options (unset ones keep `TrainConfig`'s defaults), then `train` under accelerate."
     from rl_notes.trainer import TrainConfig, get_algo, train  # heavy: torch and transformers
     from accelerate import Accelerator  # heavy: loads torch.distributed
+    _scored(a.dataset, a.reward, a.task)
     rewards = a.reward or []                                   # (spec, weight or None); an unweighted function weighs 1
-    cfg = TrainConfig(model=a.model, algo=get_algo(a.algo, **dict(a.algo_set or [])), task=a.task, task_kw=_task_kw(a.task_arg),
+    cfg = TrainConfig(model=a.model, algo=get_algo(a.algo, **{**_trl_set(a), **dict(a.algo_set or [])}), task=a.task or "addition", task_kw=_task_kw(a.task_arg),
                       dataset=a.dataset, reward=[s for s, _ in rewards] or None,
                       reward_weights=[1.0 if w is None else w for _, w in rewards] if any(w is not None for _, w in rewards) else None,
                       **_given(a, "TrainConfig", TRAIN_HAND))
@@ -353,9 +394,12 @@ def _train(a) -> int:
     rows = train(cfg, acc)
     acc.wait_for_everyone()
     acc.end_training()       # destroys the process group under data parallel: a gloo group left alive can abort the exit
-    last = [r for r in rows if r.get("heldout_acc") is not None]
-    if last: print(f"held-out accuracy {last[0]['heldout_acc']:.3f} -> {last[-1]['heldout_acc']:.3f}; metrics in {cfg.out_dir}/metrics.jsonl")
-    else: print(f"{len(rows)} metric rows in {cfg.out_dir}/metrics.jsonl")
+    key = "heldout_acc" if any(r.get("heldout_acc") is not None for r in rows) else "heldout_reward"   # accuracy only from a verifier
+    last = [r for r in rows if r.get(key) is not None]
+    what = "held-out accuracy" if key == "heldout_acc" else "held-out mean reward"
+    if last: print(f"{what} {last[0][key]:.3f} -> {last[-1][key]:.3f}; metrics in {rows.metrics_file}")
+    else: print(f"{len(rows)} metric rows in {rows.metrics_file}")
+    if rows.model_dir is not None: print(f"model (Hugging Face format): {rows.model_dir}")
     return 0
 
 def _run(a) -> int:
@@ -365,20 +409,15 @@ def _run(a) -> int:
     if a.cmd == "demo":
         if a.sft is not None and not os.path.isdir(a.sft): raise FileNotFoundError(f"--sft {a.sft!r}: no such directory")
         print(demo(a.out, a.cache_dir, quick=a.quick, threads=a.threads, progress=not a.quiet, sft=a.sft)); return 0
+    if a.cmd == "eval": return _eval(a)
     from rl_notes.tasks import get_task  # heavy: datasets and torch
-    task = get_task(a.task, **_task_kw(a.task_arg))             # unknown task / bad options fail here, before any model work
-    if getattr(a, "model", None) is not None and not os.path.isdir(a.model):
-        raise FileNotFoundError(f"--model {a.model!r}: no such directory")
+    task = get_task(a.task or "addition", **_task_kw(a.task_arg))   # unknown task / bad options fail here, before any model work
+    _check_model_arg(getattr(a, "model", None))
     if a.cmd == "sft":
         from rl_notes.lab import sft_warm_start  # heavy: torch and transformers
         from rl_notes.sft import SFTConfig  # heavy: torch
         cfg = SFTConfig(model_cfg=_model_args(a.model_arg), **_given(a, "SFTConfig", SFT_HAND))
         print(sft_warm_start(task, cfg, cache_dir=a.cache_dir)); return 0
-    if a.cmd == "eval":
-        from rl_notes.models import load_model  # heavy: transformers
-        from rl_notes.rollout import evaluate  # heavy: transformers
-        model, tok = load_model(a.model)
-        print(json.dumps(evaluate(model, tok, task, task.dataset(a.n, a.seed, "test"), max_new_tokens=a.max_new_tokens))); return 0
     return _train(a)
 
 def _together(e:BaseException, status:int) -> int:
@@ -406,3 +445,47 @@ def main(argv:list[str]|None=None) -> int:
         return _together(e, _failure(a, e, argv, 2))
     except (Exception, KeyboardInterrupt) as e:    # anything else: still one line, the traceback in the run's log
         return _together(e, _failure(a, e, argv, 130 if isinstance(e, KeyboardInterrupt) else 1))
+
+# %% ../nbs/18_cli.ipynb #dd8df18a
+def _check_model_arg(model:str|None):
+    "`--model`: an existing directory or a hub id (the Hugging Face cache resolves it later), else one line."
+    from rl_notes.data import is_hub_id  # heavy: datasets
+    if model is not None and not (os.path.isdir(model) or is_hub_id(model)):
+        raise FileNotFoundError(f"--model {model!r}: no such directory (nor a hub id org/name)")
+
+def _scored(dataset, reward, task):
+    "Refuse a dataset that nothing says how to score: without reward functions, only a named task's verifier may."
+    if dataset is not None and not reward and task is None:
+        raise UsageError(f"--dataset {dataset!r} needs --reward module:function or file.py:function (TRL's signature "
+                         "f(prompts, completions, **columns) -> list[float], repeatable), or --task NAME whose verifier reads its columns")
+
+def _eval_source(a) -> tuple[str, dict]:
+    "(model directory or hub id, the run's config or {}) of `rl_notes eval RUN_OR_MODEL` / `--model`."
+    if (a.target is None) == (a.model is None): raise UsageError("eval: give one model: RUN_OR_MODEL (a run or model directory, a hub id) or --model")
+    p = Path(a.target or a.model)
+    if not (p / "metrics.jsonl").is_file(): return str(a.target or a.model), {}
+    if not (p / "model" / "config.json").is_file():
+        raise FileNotFoundError(f"run {str(p)!r} has no model/ yet (written at each checkpoint and at the end); pass a model directory")
+    return str(p / "model"), json.loads((p / "config.json").read_text()) if (p / "config.json").is_file() else {}
+
+def _eval(a) -> int:
+    "`rl_notes eval`: greedy decoding on held-out prompts, scored by the task's verifier or by reward functions."
+    from rl_notes.tasks import get_task  # heavy: datasets and torch
+    model, run = _eval_source(a)
+    dataset = a.dataset if a.dataset is not None else run.get("dataset") if isinstance(run.get("dataset"), str) else None
+    named = a.task is not None or (run.get("dataset") is not None and not run.get("reward"))   # the run scored its data with the task's verifier
+    reward = [s for s, _ in a.reward] if a.reward else (run.get("reward") if a.dataset is None else None)
+    weights = ([1.0 if w is None else w for _, w in a.reward] if a.reward else run.get("reward_weights") if reward else None)
+    _scored(dataset, reward, a.task or (run.get("task") if named else None))
+    task = get_task(a.task or run.get("task") or "addition", **(_task_kw(a.task_arg) or run.get("task_kw") or {}))
+    _check_model_arg(model)
+    from rl_notes.data import RewardSet, load_dataset_splits  # heavy: datasets and torch
+    from rl_notes.models import load_model  # heavy: transformers
+    from rl_notes.rollout import evaluate  # heavy: transformers
+    n_new = a.max_new_tokens or run.get("max_new_tokens")
+    if reward and n_new is None: raise UsageError("eval with --reward needs --max-new-tokens N (reward functions set no response length)")
+    rows = load_dataset_splits(dataset, seed=a.seed)[1].to_list()[:a.n] if dataset is not None else task.dataset(a.n, a.seed, "test")
+    m, tok = load_model(model)
+    res = evaluate(m, tok, RewardSet(reward, weights) if reward else task, rows, max_new_tokens=n_new)
+    if reward: res = {"reward": res.pop("accuracy"), **res}                    # the mean weighted reward, not an accuracy
+    print(json.dumps({"model": model, **res})); return 0

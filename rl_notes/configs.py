@@ -7,7 +7,7 @@ from __future__ import annotations
 import re, math, types, typing, functools, dataclasses
 
 # %% auto #0
-__all__ = ['ConfigError', 'validate_config']
+__all__ = ['TRL_NAMES', 'ConfigError', 'validate_config', 'TrlName', 'from_trl']
 
 # %% ../nbs/08_configs.ipynb #4b04b03e
 class ConfigError(ValueError):
@@ -102,3 +102,66 @@ def validate_config(cfg) -> None:
         if err is not None:
             raise ConfigError(f"{cls}.{f.name} {err if err.startswith('must') else 'must be ' + err}, got {v!r}")
         if dataclasses.is_dataclass(v) and not isinstance(v, type): validate_config(v)
+
+# %% ../nbs/08_configs.ipynb #91bded75
+class TrlName(typing.NamedTuple):
+    "Where one of TRL GRPOConfig's options goes in rl_notes."
+    cls: str|None  # "TrainConfig" or "Algo"; None: accepted only at the value TRL and rl_notes both use by default
+    field: str|None  # the field it sets
+    values: dict|None = None  # TRL's value -> rl_notes' value, where they are spelled differently; None: the same value
+    note: str = ""  # what differs
+
+TRL_NAMES = {  # GRPOConfig name -> `TrlName`
+    "num_generations": TrlName("TrainConfig", "group_size"),
+    "max_completion_length": TrlName("TrainConfig", "max_new_tokens"),
+    "learning_rate": TrlName("TrainConfig", "lr"),
+    "num_iterations": TrlName("TrainConfig", "ppo_epochs", note="passes over each batch; rl_notes also splits a pass into `n_minibatches` optimizer steps"),
+    "max_steps": TrlName("TrainConfig", "steps", note="rl_notes counts RL steps: one rollout batch of n_prompts x group_size each"),
+    "per_device_train_batch_size": TrlName("TrainConfig", "micro_batch_size", note="responses per forward/backward pass; the gradients of a step accumulate over them"),
+    "output_dir": TrlName("TrainConfig", "out_dir"),
+    "save_steps": TrlName("TrainConfig", "save_every"),
+    "eval_steps": TrlName("TrainConfig", "eval_every"),
+    "temperature": TrlName("TrainConfig", "temperature"),
+    "max_grad_norm": TrlName("TrainConfig", "max_grad_norm"),
+    "weight_decay": TrlName("TrainConfig", "weight_decay"),
+    "warmup_steps": TrlName("TrainConfig", "warmup_steps", note="linear warm-up; after it the rate stays constant (TRL decays it linearly)"),
+    "seed": TrlName("TrainConfig", "seed"),
+    "reward_weights": TrlName("TrainConfig", "reward_weights"),
+    "gradient_checkpointing": TrlName("TrainConfig", "gradient_checkpointing"),
+    "report_to": TrlName("TrainConfig", "report_to"),
+    "beta": TrlName("Algo", "beta", note="TRL's default is 0.0; the `grpo` preset keeps DeepSeekMath's 0.04"),
+    "epsilon": TrlName("Algo", "eps_low", note="also sets eps_high unless epsilon_high (or eps_high) is given, as in TRL"),
+    "epsilon_high": TrlName("Algo", "eps_high"),
+    "loss_type": TrlName("Algo", "agg", {"grpo": "seq-mean-token-mean", "dapo": "token-mean", "bnpo": "token-mean",
+                                         "dr_grpo": "seq-mean-token-sum-norm"},
+                         note="the aggregation of the per-token loss; bnpo: over all processes' tokens; for cispo use the `cispo` preset"),
+    "scale_rewards": TrlName("Algo", "adv", {"group": "group", True: "group", "none": "group-mean-only", False: "group-mean-only",
+                                             "batch": "reinforce_pp"}, note="the advantage estimator; batch: REINFORCE++'s global-batch normalisation"),
+    "mask_truncated_completions": TrlName("Algo", "overlong_filter"),
+    "top_entropy_quantile": TrlName("Algo", "top_entropy_quantile"),
+    "top_p": TrlName(None, None, {1.0: None}, note="rl_notes samples at `temperature` with top_p = 1"),
+    "top_k": TrlName(None, None, {0: None, None: None}, note="rl_notes samples from the full vocabulary"),
+}
+
+def from_trl(cls:str,  # "TrainConfig" or "Algo": the config `d` is for
+             fields:list[str],  # its field names
+             d:dict,  # settings by the config's field names or by TRL's (`TRL_NAMES`)
+            ) -> dict:
+    "`d` with TRL's names replaced by the fields they set (values translated); an unknown name is a ConfigError listing the valid ones."
+    out, bad = {}, []
+    for k, v in d.items():
+        t = None if k in fields else TRL_NAMES.get(k)
+        if t is None:
+            if k in fields: out[k] = v
+            else: bad.append(k)
+            continue
+        if t.cls not in (cls, None): bad.append(k); continue
+        if t.values is not None and v not in t.values:
+            raise ConfigError(f"{k}={v!r} (TRL's name) has no rl_notes equivalent; accepted: {', '.join(map(repr, t.values))}")
+        if t.cls is None: continue                                      # a default both share: nothing to set
+        out[t.field] = v if t.values is None else t.values[v]
+        if k == "epsilon" and "epsilon_high" not in d and "eps_high" not in d: out["eps_high"] = v   # TRL: epsilon_high defaults to epsilon
+    if bad:
+        trl = [n for n, t in TRL_NAMES.items() if t.cls in (cls, None)]
+        raise ConfigError(f"unknown {cls} field(s) {sorted(bad)}; valid: {', '.join(fields)}; also TRL's names: {', '.join(trl)}")
+    return out

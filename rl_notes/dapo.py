@@ -4,7 +4,7 @@
 
 # %% ../nbs/04_dapo.ipynb #ca549156
 from __future__ import annotations
-import math
+import math, warnings
 from collections.abc import Callable
 import torch
 from .grpo import grpo_loss, _check_groups
@@ -160,13 +160,20 @@ def dapo_loss(logp:torch.Tensor,  # (B, T) log pi_theta of the sampled tokens
               ref_logp:torch.Tensor|None=None,  # only needed if beta > 0
               beta:float=0.0,  # KL coefficient; DAPO removes the KL term
              ) -> tuple[torch.Tensor, dict]:  # scalar loss, metrics (those of grpo_loss plus overlong_frac)
-    "The DAPO policy loss: overlong filtering + decoupled clip + token-level aggregation (+ optional KL)."
+    """The DAPO policy loss: overlong filtering + decoupled clip + token-level aggregation (+ optional KL).
+
+    The tensors have `rl_notes.grpo.grpo_loss`'s names (logp, old_logp, adv, mask, ref_logp) in another order: pass them
+    by keyword. When `truncated` marks every response, overlong filtering leaves no token: the loss is 0 and carries no
+    gradient, and a `UserWarning` says so (raise the response budget, or pass truncated=None to learn from truncated ones)."""
     if not 0 <= eps_low <= eps_high:
         raise ValueError(f"need 0 <= `eps_low` <= `eps_high` (Clip-Higher raises only the upper side), got eps_low={eps_low}, eps_high={eps_high}")
     n_trunc = 0.0
     if truncated is not None:
         mask = overlong_filter_mask(truncated, mask)
         n_trunc = truncated.float().mean()
+        if len(truncated) and bool(truncated.all()):
+            warnings.warn(f"dapo_loss: all {len(truncated)} responses are truncated, so overlong filtering leaves no token and the loss is 0 "
+                          "(no gradient); raise the response budget, or pass truncated=None", stacklevel=2)
     loss, metrics = grpo_loss(logp, old_logp, ref_logp, adv, mask, eps_low=eps_low, eps_high=eps_high, beta=beta,
                               agg=agg, global_tokens=global_tokens)
     metrics["overlong_frac"] = n_trunc

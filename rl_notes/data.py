@@ -4,17 +4,19 @@
 
 # %% ../nbs/09_data.ipynb #73890e21
 from __future__ import annotations
-import asyncio, concurrent.futures, copy, csv, functools, hashlib, importlib, importlib.util, inspect, json, math, numbers, os, sys, warnings
+import asyncio, concurrent.futures, copy, csv, functools, hashlib, importlib, importlib.util, inspect, json, math, numbers, os, re, sys, warnings
 from collections.abc import Mapping
 from pathlib import Path
 import numpy as np
 import torch
+from huggingface_hub import snapshot_download, constants as hub_constants
 from datasets import Dataset, DatasetDict, load_dataset, load_from_disk, are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
 
 # %% auto #0
-__all__ = ['DATA_SUFFIXES', 'F32_MAX', 'is_conversational', 'check_prompts', 'check_data_file', 'check_saved_dir', 'read_source',
-           'load_dataset_splits', 'render_prompts', 'completions_for', 'RewardFunctionError', 'reward_name',
-           'load_reward_function', 'reward_spec', 'RewardSet']
+__all__ = ['DATA_SUFFIXES', 'HUB_ID', 'HUB_DATA_FILES', 'F32_MAX', 'is_conversational', 'check_prompts', 'check_data_file',
+           'check_saved_dir', 'read_source', 'is_hub_id', 'hub_snapshot', 'hub_dataset', 'load_dataset_splits',
+           'render_prompts', 'completions_for', 'RewardFunctionError', 'reward_name', 'load_reward_function',
+           'reward_spec', 'RewardSet']
 
 # %% ../nbs/09_data.ipynb #43f23ecb
 def _describe(x) -> str:
@@ -134,9 +136,10 @@ def read_source(source,  # a Dataset, a DatasetDict, a .jsonl/.json/.parquet/.cs
     if not isinstance(source, (str, os.PathLike)):
         raise ValueError(f"`dataset` must be a Dataset, a DatasetDict or a local path, got {_describe(source)}")
     p = Path(source).expanduser()
+    if _hub_dataset_id(source): return hub_dataset(source)
     if not p.exists():
         raise ValueError(f"`dataset` path {str(p)!r} does not exist (a local data file or `save_to_disk` directory is "
-                         "expected; nothing is fetched from a hub)")
+                         "expected, or a hub id 'org/name[:config[:split]]')")
     if p.is_dir():
         if not any((p / f).is_file() for f in ("dataset_dict.json", "dataset_info.json", "state.json")):
             raise ValueError(f"`dataset` directory {str(p)!r} is not a `save_to_disk` directory (no dataset_dict.json or "
@@ -164,6 +167,51 @@ def _checked(ds:Dataset, what:str) -> Dataset:
     if "prompt" not in ds.column_names: raise ValueError(f"{what} has no `prompt` column; its columns: {ds.column_names}")
     check_prompts(({"prompt": p} for p in ds["prompt"]), what)
     return ds
+
+# %% ../nbs/09_data.ipynb #dcfacb04
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")  # org/name
+
+def is_hub_id(s) -> bool:
+    "Is `s` a hub id `org/name` rather than a local path (it does not exist here, and is not written as a path)?"
+    return (isinstance(s, str) and HUB_ID.fullmatch(s) is not None and not s.startswith((".", "~"))
+            and not Path(s).expanduser().exists())
+
+def hub_snapshot(repo_id:str,  # "org/name"
+                 repo_type:str="model",  # "model" or "dataset"
+                 allow_patterns:list[str]|None=None,  # the files to fetch (default: all)
+                 what:str="--model",  # how the error names the argument
+                ) -> Path:
+    "The local snapshot directory of `repo_id` in the Hugging Face cache, downloaded when missing and the network allows."
+    try: return Path(snapshot_download(repo_id, repo_type=repo_type, allow_patterns=allow_patterns))
+    except Exception as e:
+        get = f"hf download {repo_id}" + (" --repo-type dataset" if repo_type == "dataset" else "") + \
+              "".join(f" --include '{p}'" for p in (allow_patterns or []) if repo_type == "dataset" or p in ("*.json", "*.safetensors", "tokenizer*"))
+        why = ("HF_HUB_OFFLINE=1 and it is not in the Hugging Face cache" if hub_constants.HF_HUB_OFFLINE
+               else f"it could not be fetched ({_first_line(e)})")
+        raise ValueError(f"{what} {repo_id!r}: {why} ({hub_constants.HF_HUB_CACHE}); download it on a machine with network access "
+                         f"with `{get}` (the same HF_HUB_CACHE), or pass a local directory") from None
+
+HUB_DATA_FILES = ["*.json", "*.jsonl", "*.parquet", "*.csv", "*.arrow", "README.md"]  # data files at any depth ("*" matches "/"), never a loading script
+
+def _hub_dataset_id(s) -> bool:
+    "Is `s` a hub dataset id `org/name[:config[:split]]` rather than a local path?"
+    return isinstance(s, str) and ":" not in s.split("/")[0] and is_hub_id(s.split(":")[0]) and s.count(":") <= 2
+
+def hub_dataset(spec:str,  # "org/name", "org/name:config" or "org/name:config:split"
+               ) -> tuple:
+    "`(Dataset or DatasetDict, description)` of a hub dataset, read from its snapshot in the Hugging Face cache."
+    repo, config, split = (spec.split(":") + [None, None])[:3]
+    snap = hub_snapshot(repo, "dataset", HUB_DATA_FILES, what="`dataset`")
+    if any(f.suffix == ".py" for f in snap.iterdir()) and not any(f.suffix in DATA_SUFFIXES for f in snap.rglob("*")):
+        raise ValueError(f"`dataset` {repo!r} is a loading script without data files; rl_notes runs no code from a hub")
+    quiet = not are_progress_bars_disabled()
+    if quiet: disable_progress_bars()
+    try: ds = load_dataset(str(snap), config or None, split=split or None)
+    except Exception as e:
+        raise ValueError(f"`dataset` {spec!r} (cached at {snap}) could not be loaded: {type(e).__name__}: {_first_line(e)}") from None
+    finally:
+        if quiet: enable_progress_bars()
+    return ds, f"`dataset` {spec!r}"
 
 # %% ../nbs/09_data.ipynb #5d5059a5
 def load_dataset_splits(source,  # a Dataset, a DatasetDict, a .jsonl/.json/.parquet/.csv file, or a `save_to_disk` directory

@@ -4,7 +4,7 @@
 
 # %% ../nbs/16a_fingerprint.ipynb #f4abe91c
 from __future__ import annotations
-import json, time, hashlib, platform, tempfile, contextlib, dataclasses, importlib.metadata
+import json, re, time, hashlib, platform, tempfile, contextlib, dataclasses, importlib.metadata
 from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
@@ -17,10 +17,10 @@ from .cache import cache_dir, code_version
 from .checkpoint import read_json, write_json_atomic, rng_state, set_rng_state, CheckpointError
 
 # %% auto #0
-__all__ = ['FP_VERSION', 'MICRO_MODEL', 'MICRO_TASK', 'MICRO_SFT', 'TASK_KW', 'MICRO_RUN', 'RL_RUNS', 'SFT_RUNS', 'EVAL_RUNS',
-           'KINDS', 'NOT_BEHAVIOUR', 'UNCOVERED_TASKS', 'micro_env', 'micro_model', 'micro_reward_model',
-           'reward_short', 'rl_config', 'fingerprint', 'rows_key', 'fingerprint_memo', 'behaviour_key', 'coverage',
-           'inert', 'report']
+__all__ = ['FP_VERSION', 'MICRO_MODEL', 'MICRO_TASK', 'MICRO_SFT', 'TASK_KW', 'MICRO_RUN', 'ADDED_METRICS', 'RENAMED_METRICS',
+           'RL_RUNS', 'SFT_RUNS', 'EVAL_RUNS', 'KINDS', 'NOT_BEHAVIOUR', 'UNCOVERED_TASKS', 'micro_env', 'micro_model',
+           'micro_reward_model', 'reward_short', 'rl_config', 'fingerprint', 'rows_key', 'fingerprint_memo',
+           'behaviour_key', 'coverage', 'inert', 'report']
 
 # %% ../nbs/16a_fingerprint.ipynb #5102d5e7
 FP_VERSION = 1  # bump when what a fingerprint records changes (its rows' layout), not when the library's numbers change
@@ -49,6 +49,13 @@ def _digest(tensors:dict) -> str:
 def _row(r:dict) -> dict:
     "A row without its timings (keys `time*` and `*seconds`, at any depth): the only entries that differ between two identical runs."
     return {k: _row(v) if isinstance(v, dict) else v for k, v in r.items() if not (k.startswith("time") or k.endswith("seconds"))}
+
+ADDED_METRICS = re.compile(r"^(reward_std|frac_reward_zero_std|micro_batches|rewards/.+/(mean|std))$")  # metrics added after the rows were fixed
+RENAMED_METRICS = {"frac_reward_ge1": "acc", "heldout_reward": "heldout_acc", "heldout_sample_reward": "heldout_sample_acc"}  # today's name -> the fixed one
+
+def _as_fixed(r:dict) -> dict:
+    "A metric row as the fingerprint's rows were fixed: metrics added later (statistics of the same samples) left out, renamed ones under their old names."
+    return {RENAMED_METRICS.get(k, k): v for k, v in r.items() if not ADDED_METRICS.match(k)}
 
 @contextlib.contextmanager
 def micro_env():
@@ -136,7 +143,7 @@ def rl_config(name:str, micro:Path, work:Path) -> TrainConfig:
 def _rl_rows(name:str, micro:Path, work:Path) -> list[dict]:
     "The rows of one RL micro run: its metric rows (no timings) and the digest of its final policy."
     cfg = rl_config(name, micro, work)
-    rows = [_row(r) for r in train(cfg)]
+    rows = [_row(_as_fixed(r)) for r in train(cfg)]
     return rows + [{"policy": _digest(load_file(str(Path(cfg.out_dir) / "ckpt" / "policy.safetensors")))}]
 
 # %% ../nbs/16a_fingerprint.ipynb #b342a168

@@ -115,7 +115,14 @@ def grpo_loss(logp:torch.Tensor,  # (B, T) log pi_theta of the sampled tokens (r
               global_tokens:float|None=None,  # global token count for agg="token-mean" under data parallelism
               dual_clip:float|None=None,  # c > 1: dual clip of the surrogate (see `rl_notes.ppo.ppo_policy_loss`); None: off
              ) -> tuple[torch.Tensor, dict]:  # scalar loss to minimise (= -J_GRPO), metrics
-    "GRPO loss of DeepSeekMath eq. 3: clipped surrogate plus beta times the per-token KL to the reference, aggregated."
+    """GRPO loss of DeepSeekMath eq. 3: clipped surrogate plus beta times the per-token KL to the reference, aggregated.
+
+    Tensors: logp, old_logp, ref_logp and mask are (B, T) over response tokens; adv is (B,) per response or (B, T).
+    Pass them by keyword (logp=, old_logp=, ref_logp=, adv=, mask=): `rl_notes.dapo.dapo_loss` takes the same names
+    in another order (ref_logp is optional there). Clip the ratio to [1 - eps_low, 1 + eps_high]; beta > 0 adds the
+    `kl` estimator's KL to ref_logp; `agg` (`rl_notes.core.AGG_MODES`) reduces the per-token loss, with `max_tokens`
+    for "seq-mean-token-sum-norm" and `global_tokens` for "token-mean" under data parallelism; `dual_clip` bounds the
+    loss of negative advantages. Returns (loss to minimise, metrics: clipfrac, approx_kl, ..., kl when beta > 0)."""
     if not (beta >= 0 and math.isfinite(beta)): raise ValueError(f"`beta` must be >= 0 and finite, got {beta}")
     if beta > 0 and ref_logp is None: raise ValueError(f"`ref_logp` is required when `beta` > 0 (got beta={beta})")
     pg, metrics = ppo_policy_loss(logp, old_logp, adv, mask, eps_low=eps_low, eps_high=eps_high, dual_clip=dual_clip,

@@ -12,11 +12,12 @@ from transformers import (AutoModelForCausalLM, AutoModelForSequenceClassificati
                           LlamaForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM)
 from transformers.utils import logging as hf_logging
 from .tasks import CHARS
+from .data import is_hub_id, hub_snapshot
 
 # %% auto #0
-__all__ = ['SPECIAL_TOKENS', 'CHATML_TEMPLATE', 'CHAT_SPECIAL_TOKENS', 'QWEN2_SPLIT', 'build_tokenizer', 'tiny_llama',
-           'load_tokenizer', 'load_model', 'load_reward_model', 'build_bpe_tokenizer', 'tiny_qwen2',
-           'save_tiny_chat_model', 'apply_lora', 'enable_gradient_checkpointing']
+__all__ = ['SPECIAL_TOKENS', 'HUB_MODEL_FILES', 'CHATML_TEMPLATE', 'CHAT_SPECIAL_TOKENS', 'QWEN2_SPLIT', 'build_tokenizer',
+           'tiny_llama', 'resolve_model', 'load_tokenizer', 'load_model', 'load_reward_model', 'build_bpe_tokenizer',
+           'tiny_qwen2', 'save_tiny_chat_model', 'apply_lora', 'enable_gradient_checkpointing']
 
 # %% ../nbs/11_models.ipynb #b376018a
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<unk>")  # ids 0, 1, 2, 3
@@ -63,6 +64,15 @@ def tiny_llama(tokenizer:PreTrainedTokenizerFast,  # gives the vocabulary size a
         model = LlamaForCausalLM._from_config(cfg, attn_implementation=attn)
     return model
 
+# %% ../nbs/11_models.ipynb #aa707085
+HUB_MODEL_FILES = ["*.json", "*.safetensors", "*.jinja", "tokenizer*", "*.model", "*.tiktoken", "merges.txt", "vocab.*", "README.md"]  # no pickles, no code
+
+def resolve_model(path:str|Path,  # a local directory, or a hub id "org/name"
+                  what:str="--model",  # how an error names the argument
+                 ) -> Path:
+    "A local model directory: `path` itself, or the cached (downloaded if missing) snapshot of hub id `path` (safetensors and tokenizer only)."
+    return hub_snapshot(path, "model", HUB_MODEL_FILES, what) if is_hub_id(path) else Path(path).expanduser()
+
 # %% ../nbs/11_models.ipynb #a92ede79
 _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")  # any one: a tokenizer is saved
@@ -107,12 +117,12 @@ def load_tokenizer(path:str|Path,  # a directory with tokenizer files (tokenizer
     if tokenizer.pad_token is None: tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
 
-def load_model(path:str|Path,  # a directory written by save_pretrained (model and tokenizer)
+def load_model(path:str|Path,  # a directory written by save_pretrained (model and tokenizer), or a hub id in the Hugging Face cache
                dtype:str|torch.dtype="float32",  # weights dtype: "float32", "bfloat16", "float16" or a torch.dtype
               ) -> tuple[torch.nn.Module, PreTrainedTokenizerFast]:
     "Load a local Hugging Face causal-LM checkpoint (safetensors, no remote code) and its tokenizer, with a clear error for a bad `path`."
     dtype = _torch_dtype(dtype)
-    p = _check_model_dir(path)
+    p = _check_model_dir(resolve_model(path))
     try:
         with _quiet_hf(): model = AutoModelForCausalLM.from_pretrained(p, dtype=dtype, local_files_only=True, trust_remote_code=False, use_safetensors=True)
     except Exception as e: raise ValueError(f"could not load a causal LM from {str(path)!r}: {_first_line(e)}") from None

@@ -4,7 +4,7 @@
 
 # %% ../nbs/14_trainer.ipynb #7bfa91ff
 from __future__ import annotations
-import os, sys, json, math, time, copy, random, signal, hashlib, warnings, threading, dataclasses, contextlib, importlib.util
+import os, sys, json, math, time, copy, random, shutil, signal, hashlib, warnings, threading, dataclasses, contextlib, importlib.util
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 from typing import Callable, Literal
@@ -18,24 +18,25 @@ from .dapo import dynamic_sample, overlong_filter_mask, soft_overlong_punishment
 from .vapo import decoupled_gae, positive_lm_loss, value_pretrain_loss
 from .family import (rloo_advantages, reinforce_pp_advantages, gspo_loss, cispo_loss, kl_cov_loss, nll_loss, tis_weights,
                              high_entropy_mask, clip_cov_mask, accelerate_gather)
-from .data import RewardSet, load_dataset_splits, render_prompts, reward_spec
+from .data import RewardSet, load_dataset_splits, render_prompts, reward_spec, is_hub_id
 from .tasks import get_task
-from .models import load_model, load_tokenizer, load_reward_model, apply_lora, enable_gradient_checkpointing, _quiet_hf
+from .models import load_model, load_tokenizer, load_reward_model, apply_lora, enable_gradient_checkpointing, _quiet_hf, resolve_model
 from .rollout import Rollout, NonFiniteLogits, generate, response_logprobs, evaluate
-from .configs import validate_config
+from .configs import validate_config, from_trl, TRL_NAMES
 from .rundir import RunDir, RunLock, run_mode
 from .checkpoint import CheckpointError
 from .cache import cache_dir, content_sha256
 
 # %% auto #0
 __all__ = ['PRESETS', 'ADVANTAGE_ESTIMATORS', 'CRITIC_ESTIMATORS', 'POLICY_LOSSES', 'TOKEN_MODIFIERS', 'RUN_CONTROL',
-           'PATH_FIELDS', 'Algo', 'get_algo', 'Batch', 'make_batch', 'adv_group', 'adv_group_mean', 'adv_gae',
-           'adv_correct', 'adv_rloo', 'adv_reinforce_pp', 'loss_clip', 'loss_nll', 'loss_gspo', 'loss_cispo',
-           'loss_kl_cov', 'Tokens', 'mod_tis', 'mod_entropy', 'mod_clip_cov', 'modify_tokens', 'TrainConfig', 'Meter',
-           'heldout_eval', 'TrainingDiverged', 'seed_everything', 'Run', 'dir_problem', 'preflight',
-           'content_fingerprints', 'check_content', 'setup', 'PeerFailed', 'together', 'collect', 'advantages',
-           'update', 'Reporter', 'heldout', 'eval_due', 'log_row', 'checkpoint', 'value_pretrain_step', 'StopRequest',
-           'train']
+           'LAB_DEFAULTS', 'REAL_MODEL_PARAMS', 'PATH_FIELDS', 'RENAMED_WITH_REWARDS', 'MODEL_DIR', 'Algo', 'get_algo',
+           'Batch', 'make_batch', 'adv_group', 'adv_group_mean', 'adv_gae', 'adv_correct', 'adv_rloo',
+           'adv_reinforce_pp', 'loss_clip', 'loss_nll', 'loss_gspo', 'loss_cispo', 'loss_kl_cov', 'Tokens', 'mod_tis',
+           'mod_entropy', 'mod_clip_cov', 'modify_tokens', 'TrainConfig', 'trl_config', 'Meter', 'heldout_eval',
+           'TrainingDiverged', 'seed_everything', 'Run', 'dir_problem', 'preflight', 'content_fingerprints',
+           'check_content', 'setup', 'PeerFailed', 'together', 'collect', 'advantages', 'update', 'Reporter',
+           'final_metrics', 'model_card', 'export_model', 'heldout', 'eval_due', 'log_row', 'checkpoint',
+           'value_pretrain_step', 'StopRequest', 'TrainResult', 'train']
 
 # %% ../nbs/14_trainer.ipynb #2efb1170
 def _f(default, **rules):
@@ -45,7 +46,7 @@ def _f(default, **rules):
 def _known(cls, d:dict) -> dict:
     "`d`, once every key is known to be a field of the dataclass `cls` (a ValueError names the others)."
     bad = set(d) - {f.name for f in dataclasses.fields(cls)}
-    if bad: raise ValueError(f"unknown {cls.__name__} field(s) {sorted(bad)}")
+    if bad: raise ValueError(f"unknown {cls.__name__} field(s) {sorted(bad)}; valid: {', '.join(f.name for f in dataclasses.fields(cls))}")
     return d
 
 def _one_of(table:dict, v) -> str|None:
@@ -125,10 +126,10 @@ PRESETS = {
 }
 
 def get_algo(name:str|Algo,  # a preset name (`PRESETS`) or an `Algo`, returned as is (with overrides)
-             **overrides,  # fields of `Algo` to change
+             **overrides,  # fields of `Algo` to change (or TRL's names for them: epsilon, beta, loss_type, ...)
             ) -> Algo:
-    "The `Algo` of a preset, with `overrides` applied."
-    _known(Algo, overrides)
+    "The `Algo` of a preset, with `overrides` applied (by `Algo`'s field names or TRL GRPOConfig's: `rl_notes.configs.TRL_NAMES`)."
+    overrides = from_trl("Algo", [f.name for f in dataclasses.fields(Algo)], overrides)
     if isinstance(name, Algo): return dataclasses.replace(name, **overrides)
     if name not in PRESETS: raise ValueError(f"unknown algo {name!r}; expected one of {sorted(PRESETS)}")
     return Algo(name=name, **{**PRESETS[name], **overrides})
@@ -289,7 +290,7 @@ def modify_tokens(algo:Algo, t:Tokens) -> tuple[torch.Tensor, torch.Tensor|None]
 
 # %% ../nbs/14_trainer.ipynb #abe3bf9a
 # fields that may change between a run and its resumption (they do not change what is computed)
-RUN_CONTROL = ("steps", "resume", "overwrite", "stop_at", "save_every", "progress", "out_dir", "threads", "accept_changed")
+RUN_CONTROL = ("steps", "resume", "overwrite", "stop_at", "save_every", "progress", "out_dir", "threads", "accept_changed", "save_adapter", "micro_batch_size")
 
 def _dataset_arg(v) -> str|None:
     "A `check` for `TrainConfig.dataset`: None, a path, or a `datasets.Dataset` / `DatasetDict` (anything with `column_names`)."
@@ -340,11 +341,13 @@ class TrainConfig:
     lora_alpha: float = _f(32.0, gt=0)  # LoRA alpha (the update is scaled by alpha / r)
     lora_dropout: float = _f(0.0, ge=0, lt=1)  # dropout on the LoRA input
     lora_target_modules: str|list[str] = "all-linear"  # the modules LoRA adapts (peft's `target_modules`)
-    report_to: str = _f("none", choices=("none", "tensorboard", "trackio"))  # also send the metric rows there (metrics.jsonl is always written)
+    save_adapter: bool = False  # under LoRA, out_dir/model holds the adapter alone (peft's files); False: the adapter merged into full weights
+    report_to: str = _f("none", choices=("none", "tensorboard", "trackio", "wandb"))  # also send the metric rows there (metrics.jsonl is always written)
     max_grad_norm: float = _f(1.0, gt=0)  # gradient clipping
     warmup_steps: int = _f(0, ge=0)  # linear learning-rate warm-up over this many RL steps (Adam's first updates are sign-like: size lr for every weight)
     ppo_epochs: int = _f(1, ge=1)  # passes over each rollout batch
     n_minibatches: int = _f(1, ge=1)  # optimizer steps per pass
+    micro_batch_size: int|None = _f(None, ge=1)  # responses per forward/backward pass; gradients accumulate over a minibatch's micro-batches before its one optimizer step (TRL: per_device_train_batch_size); None: the whole minibatch at once
     n_train: int = _f(20000, ge=1)  # size of the training prompt pool
     n_eval: int = _f(200, ge=0)  # held-out prompts (greedy decoding)
     eval_every: int = _f(25, ge=0)  # held-out evaluation every N steps (and at step 0 and at the end); 0: only at step 0
@@ -376,6 +379,7 @@ class TrainConfig:
         if self.dtype == "float16" and not self.lora_r:
             raise ValueError("TrainConfig.dtype='float16' trains every weight in float16, where AdamW's epsilon (1e-8) underflows to 0 and "
                              "weights with tiny gradients become NaN; use dtype='bfloat16' (--dtype bfloat16) or LoRA (--lora-r R)")
+        if self.micro_batch_size and a.loss == "kl_cov": raise ValueError("TrainConfig.micro_batch_size: the kl_cov loss picks its tokens over the whole minibatch and cannot be split; leave it None")
         if self.resume and self.overwrite: raise ValueError("TrainConfig.resume and overwrite exclude each other: continue the previous run, or replace it")
         if self.reward_weights is not None and len(self.reward_weights) != len(self.reward or []):
             raise ValueError(f"TrainConfig.reward_weights has {len(self.reward_weights)} weights for {len(self.reward or [])} reward functions")
@@ -390,6 +394,16 @@ class TrainConfig:
     def from_dict(cls, d:dict) -> TrainConfig:
         "The config `to_dict` gave (e.g. a run's config.json); unknown fields are an error that names them."
         return cls(**_known(cls, d))
+
+# %% ../nbs/14_trainer.ipynb #ccee3f5e
+def trl_config(algo:str|Algo="grpo",  # the preset the algorithm's settings change
+               **kw,  # TrainConfig and Algo settings, by rl_notes' names or by TRL GRPOConfig's
+              ) -> TrainConfig:
+    "A `TrainConfig` from settings named as in TRL's `GRPOConfig` or as in rl_notes; an unknown name lists the valid ones."
+    tf, af = [f.name for f in dataclasses.fields(TrainConfig)], [f.name for f in dataclasses.fields(Algo)]
+    is_algo = lambda k: k in af or (k in TRL_NAMES and TRL_NAMES[k].cls == "Algo")
+    a = {k: v for k, v in kw.items() if is_algo(k)}
+    return TrainConfig(algo=get_algo(algo, **a), **from_trl("TrainConfig", tf, {k: v for k, v in kw.items() if not is_algo(k)}))
 
 # %% ../nbs/14_trainer.ipynb #fe337c1d
 class Meter:
@@ -484,10 +498,24 @@ class Run:
     def __enter__(self): return self
     def __exit__(self, *exc): self.close()
 
+# %% ../nbs/14_trainer.ipynb #026f0257
+LAB_DEFAULTS = {"lr": 5e-4, "max_new_tokens": 16}  # TrainConfig's defaults, sized for the lab's tiny models
+REAL_MODEL_PARAMS = 100_000_000  # above this many parameters those defaults are the wrong ones
+
+def _warn_tiny_defaults(cfg:TrainConfig, model) -> str|None:
+    "Warn (and return the message) when a model over `REAL_MODEL_PARAMS` parameters keeps one of the lab's tiny-model defaults."
+    n, kept = sum(p.numel() for p in model.parameters()), {k: v for k, v in LAB_DEFAULTS.items() if getattr(cfg, k) == v}
+    if n <= REAL_MODEL_PARAMS or not kept: return None
+    msg = (f"the model has {n / 1e6:.0f}M parameters but TrainConfig keeps the tiny-model default(s) {kept}; for a real model set "
+           "lr (--learning-rate) near 1e-6 and max_new_tokens (--max-completion-length) to the answers' length (TRL's defaults: 1e-6 and 512)")
+    warnings.warn(msg, stacklevel=3)
+    return msg
+
 # %% ../nbs/14_trainer.ipynb #62645a04
 def _models(cfg:TrainConfig, acc) -> dict:
     "Policy (and its frozen reference when beta > 0), a critic when the estimator needs one, AdamW for each; prepared by `acc`."
     with _quiet_hf(): policy, tok = load_model(cfg.model, dtype=cfg.dtype)
+    _warn_tiny_defaults(cfg, policy)
     policy.to(acc.device).train()
     # under LoRA the reference is the same model with its adapters disabled (`_old_ref_logp`), not a copy
     ref = copy.deepcopy(policy).eval().requires_grad_(False) if cfg.algo.beta > 0 and not cfg.lora_r else None
@@ -664,6 +692,20 @@ def _open_dir(run:Run):
     run.rows = rows
     run.acc.wait_for_everyone()
 
+# %% ../nbs/14_trainer.ipynb #eed9882e
+def _needed_extras(cfg:TrainConfig) -> dict:
+    "{package: (the setting that needs it, the rl_notes extra that installs it)} of the run `cfg`."
+    need = {"peft": ("TrainConfig.lora_r > 0", "lora")} if cfg.lora_r else {}
+    if cfg.task == "math" and not cfg.reward: need["math_verify"] = ('TrainConfig.task="math"', "math")
+    rep = {"tensorboard": "tensorboard", "trackio": "trackio", "wandb": "wandb"}.get(cfg.report_to)
+    if rep: need[rep] = (f'TrainConfig.report_to="{cfg.report_to}"', rep)
+    return need
+
+def _check_extras(cfg:TrainConfig, find=importlib.util.find_spec):
+    "A ValueError naming the first optional package the run needs that is not installed, and the extra that installs it."
+    for pkg, (why, extra) in _needed_extras(cfg).items():
+        if find(pkg) is None: raise ValueError(f'{why} needs {pkg}, which is not installed: pip install "rl_notes[{extra}]"')
+
 # %% ../nbs/14_trainer.ipynb #dad13968
 def setup(cfg:TrainConfig,  # the run
           accelerator=None,  # an `accelerate.Accelerator`; default: a new one (CPU, GPU or `accelerate launch` settings)
@@ -676,7 +718,9 @@ def setup(cfg:TrainConfig,  # the run
     if cfg.n_prompts % W: raise ValueError(f"TrainConfig.n_prompts ({cfg.n_prompts}) must be divisible by the number of processes ({W})")
     if (cfg.n_prompts // W * cfg.group_size) % cfg.n_minibatches:
         raise ValueError(f"rows per process ({cfg.n_prompts // W * cfg.group_size}) must be divisible by n_minibatches ({cfg.n_minibatches})")
-    if not cfg.model or not os.path.isdir(cfg.model): raise FileNotFoundError(f"model path {cfg.model!r} is not a directory")
+    if not cfg.model or not (os.path.isdir(cfg.model) or is_hub_id(cfg.model)): raise FileNotFoundError(f"model path {cfg.model!r} is not a directory")
+    resolve_model(cfg.model, "TrainConfig.model")   # a hub id not in the cache and offline: one line, before any work
+    _check_extras(cfg)                              # a missing optional package: one line, before any data or model is loaded
     if cfg.threads: torch.set_num_threads(cfg.threads)
     seed_everything(cfg.seed)
     task = get_task(cfg.task, **cfg.task_kw)
@@ -724,6 +768,7 @@ def _rollout_metrics(run:Run, first:dict, keep:torch.Tensor, mt:Meter):
     mt.add("len_wrong", L[~ok].mean() if (~ok).any() else 0.0, n * float((~ok).float().mean()))
     mt.add("trunc_rate", ro.truncated.float().mean(), n); mt.max("resp_len_max", L.max())
     mt.add("kept_frac", keep.float().mean(), n / run.cfg.group_size)
+    _reward_stats(run, reward, first["per_func"], n, mt)
 
 @contextlib.contextmanager
 def _sampling(run:Run):
@@ -764,6 +809,25 @@ def collect(run:Run, step:int, mt:Meter) -> Batch:
     mt.add("gen_rounds", rounds, 1); mt.add("time_gen", clock["gen"], 1); mt.add("time_reward", clock["reward"], 1)
     mt.add("filler_frac", fillers / need, 1)
     return make_batch(got["ro"], got["reward"], got["score"], run.device, algo.overlong_filter)
+
+# %% ../nbs/14_trainer.ipynb #dc412178
+def _reward_stats(run:Run, reward:torch.Tensor, per_func:dict, n:float, mt:Meter):
+    "TRL's reward statistics: `reward_std` (mean within-group std), `frac_reward_zero_std`, `rewards/<f>/mean` and `/std` (NaN: not scored)."
+    G = run.cfg.group_size
+    if G >= 2:
+        std = reward.view(-1, G).std(-1)                                         # (n_groups,) unbiased, as torch.std and TRL
+        mt.add("reward_std", std.mean(), n / G); mt.add("frac_reward_zero_std", torch.isclose(std, torch.zeros_like(std)).float().mean(), n / G)
+    for k, v in per_func.items():
+        ok = ~torch.isnan(v)
+        w = n * float(ok.float().mean())
+        mt.add(f"rewards/{k}/mean", v[ok].mean() if ok.any() else 0.0, w)
+        mt.add(f"rewards/{k}/std", v[ok].std() if ok.sum() > 1 else 0.0, w if ok.sum() > 1 else 0)
+
+RENAMED_WITH_REWARDS = {"acc": "frac_reward_ge1", "heldout_acc": "heldout_reward", "heldout_sample_acc": "heldout_sample_reward"}  # no verifier: no accuracy
+
+def _named(run:Run, row:dict) -> dict:
+    "A metric row with the names it deserves: with reward functions (`TrainConfig.reward`), no key says accuracy."
+    return row if not run.cfg.reward else {RENAMED_WITH_REWARDS.get(k, k): v for k, v in row.items()}
 
 # %% ../nbs/14_trainer.ipynb #1c0f4ff8
 def _values(critic, ro:Rollout) -> torch.Tensor:
@@ -831,9 +895,11 @@ def _kept(run:Run) -> str:
     return (f"the last checkpoint, {run.ckpt!r} (step {run.saved}), is kept" if run.saved is not None
             else "no checkpoint had been written")
 
-def _optimizer_step(run:Run, step:int, what:str, model, opt, loss:torch.Tensor) -> float:
+def _optimizer_step(run:Run, step:int, what:str, model, opt, loss:torch.Tensor,
+                    backward:bool=True,  # False: the gradients are already there (micro-batches); `loss` is their total, for the check
+                   ) -> float:
     "Backward, gradient clipping, then AdamW; a non-finite loss or gradient norm stops the run before the weights change."
-    run.acc.backward(loss)
+    if backward: run.acc.backward(loss)
     gn = float(run.acc.clip_grad_norm_(model.parameters(), run.cfg.max_grad_norm))   # the norm of the all-reduced gradient
     if not (math.isfinite(float(loss.detach())) and math.isfinite(gn)):
         opt.zero_grad(set_to_none=True)
@@ -850,6 +916,7 @@ def _dp_global(run:Run, loss:torch.Tensor, global_mean:bool=True) -> torch.Tenso
 def _policy_step(run:Run, step:int, mb:Batch, old_logp, ref_logp, n_tok:float, n_pos:float, mt:Meter):
     "One policy update on minibatch `mb`: the per-token modifiers, the algorithm's loss (`POLICY_LOSSES`), plus VAPO's LM loss on correct responses."
     cfg, algo, m = run.cfg, run.algo, mb.loss_mask
+    if cfg.micro_batch_size and cfg.micro_batch_size < len(mb.ro): return _policy_step_micro(run, step, mb, old_logp, ref_logp, n_tok, n_pos, mt)
     logp, ent = response_logprobs(run.policy, mb.ro, cfg.temperature, with_entropy=True)          # (b, T), (b, T)
     old = logp.detach() if old_logp is None else old_logp
     adv, keep = modify_tokens(algo, Tokens(logp.detach(), old, mb.ro.old_logp, ent.detach(), mb.adv, m, run.gather, run.reduce))
@@ -879,6 +946,59 @@ def _critic_step(run:Run, step:int, mb:Batch, mask:torch.Tensor, n_tok:float, mt
     mt.add("value_loss", vl.detach(), 1)
     return values.detach(), vgn
 
+# %% ../nbs/14_trainer.ipynb #dc0963ae
+def _micro_share(algo:Algo, mask:torch.Tensor, whole:torch.Tensor) -> float:
+    "The weight of a micro-batch's loss (its (b, T) loss mask) in its minibatch's (mask `whole`), by the aggregation's divisor."
+    if algo.agg == "token-mean": return 1.0                                     # divided by the minibatch's global token count already
+    if algo.agg == "seq-mean-token-sum-norm": return len(mask) / max(len(whole), 1)
+    n = float((whole.sum(-1) > 0).sum())                                        # the sequences the mean runs over
+    return float((mask.sum(-1) > 0).sum()) / n if n else 0.0
+
+def _minibatch_tokens(run:Run, mb:Batch, parts:list):
+    "(advantages, keep) of the whole minibatch from a pass without gradients, when a modifier ranks tokens over it; else None."
+    algo, cfg = run.algo, run.cfg
+    if algo.top_entropy_quantile >= 1 and algo.clip_cov_ratio <= 0: return None   # every other modifier is per token or per sequence
+    with torch.no_grad():
+        lp, en = zip(*(response_logprobs(run.policy, mb.rows(torch.arange(s.start, s.stop)).ro, cfg.temperature, with_entropy=True) for s in parts))
+    return torch.cat(lp), torch.cat(en)
+
+def _policy_step_micro(run:Run, step:int, mb:Batch, old_logp, ref_logp, n_tok:float, n_pos:float, mt:Meter):
+    "`_policy_step` over micro-batches of `micro_batch_size` rows: each one's share of the loss back-propagated, then one optimizer step."
+    cfg, algo, B = run.cfg, run.algo, len(mb.ro)
+    parts = [slice(s, min(s + cfg.micro_batch_size, B)) for s in range(0, B, cfg.micro_batch_size)]
+    tm = algo.agg == "token-mean"
+    pre = _minibatch_tokens(run, mb, parts)
+    if pre is not None:
+        old_all = pre[0] if old_logp is None else old_logp
+        adv_all, keep_all = modify_tokens(algo, Tokens(pre[0], old_all, mb.ro.old_logp, pre[1], mb.adv, mb.loss_mask, run.gather, run.reduce))
+    total, lm_total = 0.0, 0.0
+    for s in parts:
+        c = mb.rows(torch.arange(s.start, s.stop))
+        logp, ent = response_logprobs(run.policy, c.ro, cfg.temperature, with_entropy=True)            # (b, T), (b, T)
+        old = logp.detach() if old_logp is None else old_logp[s]
+        if pre is None: adv, keep = modify_tokens(algo, Tokens(logp.detach(), old, c.ro.old_logp, ent.detach(), c.adv, c.loss_mask, run.gather, run.reduce))
+        else: adv, keep = adv_all[s], None if keep_all is None else keep_all[s]
+        lp = logp if keep is None else torch.where(keep, logp, logp.detach())
+        loss, pm = POLICY_LOSSES[algo.loss](algo, lp, old, None if ref_logp is None else ref_logp[s], adv, c.loss_mask, max_tokens=cfg.max_new_tokens,
+                                            global_tokens=max(n_tok, 1.0) if tm else None, reduce=run.reduce)
+        part = _dp_global(run, loss * _micro_share(algo, c.loss_mask, mb.loss_mask), tm)
+        if algo.mu > 0 and n_pos > 0:
+            lm, lmm = positive_lm_loss(logp, c.loss_mask, c.correct, mu=algo.mu, global_tokens=n_pos)
+            part = part + _dp_global(run, lm); lm_total += float(_dp_global(run, lmm["nll"]))
+        run.acc.backward(part)
+        total += float(part.detach())
+        w = float(c.loss_mask.sum())
+        mt.add("entropy", masked_mean(ent.detach(), c.loss_mask), w)
+        for k in ("clipfrac", "clipfrac_low", "clipfrac_high", "approx_kl", "ratio_mean"): mt.add(k, pm[k], w)
+        mt.add("kl_ref", pm.get("kl", 0.0), w if "kl" in pm else 0)
+    if algo.mu > 0:
+        if n_pos > 0: mt.add("lm_loss", lm_total, 1)
+        mt.add("lm_loss", 0.0, 0)
+    lm_part = lm_total if algo.mu > 0 and n_pos > 0 else 0.0
+    gn = _optimizer_step(run, step, "policy", run.policy, run.opt, torch.tensor(total), backward=False)
+    mt.add("loss", total - lm_part, 1); mt.add("grad_norm", gn, 1)
+    mt.add("micro_batches", len(parts), 1)
+
 # %% ../nbs/14_trainer.ipynb #68e6c920
 def _explained_var(run:Run, values:list, returns:list, masks:list) -> float|None:
     "Explained variance of the critic over all of the step's minibatches (and processes) pooled; None when it is undefined."
@@ -901,11 +1021,22 @@ def update(run:Run, step:int, batch:Batch, mt:Meter):
     if run.critic is not None: mt.put("explained_var", _explained_var(run, **pooled))
     mt.add("time_update", time.time() - t0, 1)
 
+# %% ../nbs/14_trainer.ipynb #b181f79f
+def _wandb_run(out_dir:str, config:dict):
+    "A W&B run (project $WANDB_PROJECT, else rl_notes) named after the run directory, files under out_dir/wandb; `WANDB_MODE=offline` writes only there."
+    try: import wandb  # heavy: loads wandb, an optional extra
+    except ImportError: raise ValueError('TrainConfig.report_to="wandb" needs wandb: pip install "rl_notes[wandb]"') from None
+    run = wandb.init(project=os.environ.get("WANDB_PROJECT", "rl_notes"), name=Path(out_dir).resolve().name, dir=out_dir, config=config)
+    run.define_metric("step"); run.define_metric("value_pretrain/vp_step")
+    for g in ("train/*", "eval/*"): run.define_metric(g, step_metric="step")
+    run.define_metric("value_pretrain/*", step_metric="value_pretrain/vp_step")
+    return run
+
 # %% ../nbs/14_trainer.ipynb #196b9e29
 class Reporter:
-    "Metric rows sent, besides metrics.jsonl, to TensorBoard or trackio (the main process only)."
+    "Metric rows sent, besides metrics.jsonl, to TensorBoard, trackio or W&B (the main process only)."
     def __init__(self,
-                 kind:str,  # "tensorboard" or "trackio"
+                 kind:str,  # "tensorboard", "trackio" or "wandb"
                  out_dir:str,  # the run directory (TensorBoard writes out_dir/tensorboard; trackio names its run after it)
                  config:dict,  # the run's config, stored with a trackio run
                 ):
@@ -920,23 +1051,76 @@ class Reporter:
             self.writer = trackio
             trackio.init(project="rl_notes", name=Path(out_dir).resolve().name, config=config, resume="allow",
                          auto_log_gpu=False, auto_log_cpu=False)
-        else: raise ValueError(f"`kind` must be 'tensorboard' or 'trackio', got {kind!r}")
+        elif kind == "wandb": self.writer = _wandb_run(out_dir, config)
+        else: raise ValueError(f"`kind` must be 'tensorboard', 'trackio' or 'wandb', got {kind!r}")
 
     def log(self, row:dict):
-        "Send the numbers of one metric row at its step (VAPO's value pre-training rows under `value_pretrain/`, at their own step)."
+        "Send the numbers of one metric row at its step: held-out ones under `eval/`, the others under `train/` (VAPO's value pre-training under `value_pretrain/`, at its own step)."
         vp = row.get("phase") == "value_pretrain"
         step = int(row["vp_step"] if vp else row["step"])
-        nums = {("value_pretrain/" if vp else "") + k: float(v) for k, v in row.items()
+        nums = {("value_pretrain/" if vp else "eval/" if k.startswith("heldout") else "train/") + k: float(v) for k, v in row.items()
                 if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in ("step", "vp_step")}
         if self.kind == "tensorboard":
             for k, v in nums.items(): self.writer.add_scalar(k, v, step)
             self.writer.flush()
+        elif self.kind == "wandb": self.writer.log({**nums, ("value_pretrain/vp_step" if vp else "step"): step})   # each its own x-axis
         else: self.writer.log(nums, step=step)
 
     def close(self):
         "Flush and close (TensorBoard), or finish the trackio run."
         if self.kind == "tensorboard": self.writer.close()
         else: self.writer.finish()
+
+# %% ../nbs/14_trainer.ipynb #66877119
+MODEL_DIR = "model"  # the Hugging Face model directory under out_dir (written at each checkpoint and at the end)
+
+def final_metrics(rows:list[dict]) -> dict:
+    "The last value of each numeric metric over a run's rows (VAPO's value pre-training rows and timings left out)."
+    out = {}
+    for r in rows:
+        if r.get("phase") is None:
+            out.update({k: v for k, v in r.items() if isinstance(v, (int, float)) and not isinstance(v, bool) and not k.startswith("time")})
+    return out
+
+def model_card(cfg:TrainConfig, rows:list[dict], step:int) -> str:
+    "The README.md of an exported model: base model, algorithm, data, rewards, final metrics and the full config."
+    d, adapter = cfg.to_dict(), bool(cfg.lora_r) and cfg.save_adapter
+    data = f"`{d['dataset']}`" if d["dataset"] else f"the prompts of task `{cfg.task}` {cfg.task_kw or ''}"
+    w = cfg.reward_weights or [1.0] * len(d["reward"] or [])
+    rewards = ", ".join(f"`{r}` (weight {x:g})" for r, x in zip(d["reward"], w)) if d["reward"] else f"the verifier of task `{cfg.task}`"
+    weights = ("a LoRA adapter (peft) on the base model" if adapter else
+               f"full weights (LoRA r={cfg.lora_r} merged)" if cfg.lora_r else "full weights")
+    metrics = "\n".join(f"| {k} | {v:.4g} |" for k, v in sorted(final_metrics(rows).items()) if k != "step")
+    return "\n".join(["---", f"library_name: {'peft' if adapter else 'transformers'}", f"tags: [rl_notes, reinforcement-learning, {cfg.algo.name}]",
+                      "---", "", f"# {Path(cfg.out_dir).resolve().name}", "",
+                      f"A causal LM trained with rl_notes: {cfg.algo.name} for {step} steps from `{cfg.model}`; {weights}.", "",
+                      f"- data: {data}", f"- rewards: {rewards}",
+                      f"- per step: {cfg.n_prompts} prompts x {cfg.group_size} responses of at most {cfg.max_new_tokens} tokens, lr {cfg.lr:g}", "",
+                      "```python", "from transformers import AutoModelForCausalLM, AutoTokenizer",
+                      'model = AutoModelForCausalLM.from_pretrained("path/to/this/directory")',
+                      'tokenizer = AutoTokenizer.from_pretrained("path/to/this/directory")', "```", "",
+                      "## Final metrics", "", "| metric | value |", "|---|---|", metrics, "",
+                      "## Config", "", "```json", json.dumps(d, indent=1, default=str), "```", ""])
+
+def export_model(run:Run, step:int,
+                 path:str|Path|None=None,  # default out_dir/model (`MODEL_DIR`)
+                ) -> Path:
+    "Write the policy as a Hugging Face model directory (main process; swapped in whole): weights, config, tokenizer, model card."
+    path = Path(path or Path(run.cfg.out_dir) / MODEL_DIR)
+    if not run.main: return path
+    cfg, m = run.cfg, run.gen_model
+    tmp, old = path.with_name(path.name + ".tmp"), path.with_name(path.name + ".old")
+    for p in (tmp, old): shutil.rmtree(p, ignore_errors=True)
+    if cfg.lora_r and not cfg.save_adapter: m = copy.deepcopy(m).merge_and_unload()   # the training model keeps its adapters
+    use_cache, m.config.use_cache = m.config.use_cache, True          # gradient checkpointing turned it off for training only
+    try:
+        with _quiet_hf(): m.save_pretrained(tmp, safe_serialization=True)
+    finally: m.config.use_cache = use_cache
+    run.tok.save_pretrained(tmp)
+    (tmp / "README.md").write_text(model_card(cfg, run.rows, step))
+    if path.exists(): path.rename(old)
+    tmp.rename(path); shutil.rmtree(old, ignore_errors=True)
+    return path
 
 # %% ../nbs/14_trainer.ipynb #7c43f149
 def heldout(run:Run) -> dict:
@@ -952,18 +1136,20 @@ def eval_due(cfg:TrainConfig, step:int) -> bool:
 
 def log_row(run:Run, row:dict):
     "Keep a metric row, append it to metrics.jsonl (main process; flushed line by line), and report it (TensorBoard / trackio)."
+    row = _named(run, row)
     run.rows.append(row)
     if run.main: run.log.append(row)
     if run.reporter is not None: run.reporter.log(row)
 
 def checkpoint(run:Run, step:int):
-    "Save a checkpoint when one is due (every `save_every` steps and after the last); never one with non-finite weights."
+    "Save a checkpoint and the model directory when one is due (every `save_every` steps and after the last); never one with non-finite weights."
     cfg = run.cfg
     if not ((cfg.save_every and step % cfg.save_every == 0) or step == cfg.steps): return
     models = [m for m in (run.policy, run.critic) if m is not None]
     if not all(bool(torch.isfinite(p).all()) for m in models for p in m.parameters()):
         raise TrainingDiverged(f"training diverged at step {step}: the weights are not finite; not saved, {_kept(run)}")
     run.dir.save(step, cfg, run.acc, run.policy, run.opt, run.critic, run.copt, extra={"content": run.content})
+    export_model(run, step)   # out_dir/model: what one loads with from_pretrained
     run.saved = step
 
 def value_pretrain_step(run:Run, k:int, mt:Meter):
@@ -1002,6 +1188,18 @@ def _stop(run:Run, step:int):
     raise KeyboardInterrupt(f"stopped by Ctrl-C after step {step}")
 
 # %% ../nbs/14_trainer.ipynb #659114af
+class TrainResult(list):
+    "What `train` returns: the run's metric rows (a list, so code that reads rows keeps working) and where its files are."
+    def __init__(self, rows:list[dict], out_dir:str|Path):
+        super().__init__(rows)
+        self.out_dir = Path(out_dir)                                   # the run directory
+        self.metrics_file = self.out_dir / RunDir.METRICS              # one JSON row per line
+        m = self.out_dir / MODEL_DIR
+        self.model_dir = m if m.is_dir() else None                     # the Hugging Face model (None: stopped before any checkpoint)
+    rows = property(lambda self: list(self), doc="the metric rows, as a plain list")
+    final = property(lambda self: final_metrics(self), doc="the last value of each metric")
+    def __repr__(self): return f"TrainResult({len(self)} rows, out_dir={str(self.out_dir)!r}, model_dir={self.model_dir and str(self.model_dir)!r})"
+
 @contextlib.contextmanager
 def _diverged_at(run:Run, step):
     "Non-finite logits met during `step` (weights blown up by the previous update) stop the run as `TrainingDiverged`."
@@ -1018,7 +1216,7 @@ def _first_rows(run:Run):
 
 def train(cfg:TrainConfig,  # the run
           accelerator=None,  # an `accelerate.Accelerator`; default: a new one (CPU, GPU or `accelerate launch` settings)
-         ) -> list[dict]:  # the metric rows of this run (also in out_dir/metrics.jsonl)
+         ) -> TrainResult:  # the metric rows of this run (a list; also in out_dir/metrics.jsonl) and the paths of its files
     "Run (or resume) RL training; writes metrics.jsonl, config.json and checkpoints under `cfg.out_dir`."
     with setup(cfg, accelerator) as run, StopRequest(run.W == 1) as stop:   # data parallel: Ctrl-C stops every process at once, as before
         if run.start == 0: _first_rows(run)
@@ -1035,4 +1233,4 @@ def train(cfg:TrainConfig,  # the run
             checkpoint(run, step)
             if stop.asked: _stop(run, step)
             if cfg.stop_at is not None and step >= cfg.stop_at: break
-        return run.rows
+        return TrainResult(run.rows, cfg.out_dir)

@@ -23,7 +23,7 @@ def test_help():
     r = run("train", "--help")
     assert r.returncode == 0 and "--algo" in r.stdout and "dapo" in r.stdout and "--task-arg" in r.stdout and "--overwrite" in r.stdout
     text = " ".join(r.stdout.split())                                  # argparse wraps at the terminal width
-    assert "--steps STEPS RL steps (one rollout batch each) (default 100)" in text   # type, help and default from TrainConfig
+    assert "--steps STEPS, --max-steps STEPS RL steps (one rollout batch each) (default 100)" in text   # type, help and default from TrainConfig; TRL's name as an alias
     for old in ("--out", "--quiet", "--no-shard", "--group-size", "--max-new-tokens", "--lr"): assert old in text   # option names kept
     sections = [text.index(f"{g} options:") for g in ("model and data", "algorithm", "generation", "optimisation", "evaluation and logging")]
     assert sections == sorted(sections)
@@ -57,13 +57,15 @@ def test_options_are_the_config_fields():
                 assert act.type is None or f"(default {d})" in act.help, (f.name, act.help)
     q = _parser("train")._subparsers._group_actions[0].choices["train"]
     hand_defaults = {a.dest: a.default for a in q._actions if a.dest in ("task", "algo", "dataset")}
-    assert hand_defaults == {"task": TrainConfig.task, "algo": TrainConfig.algo, "dataset": TrainConfig.dataset}   # the options written by hand agree too
+    assert hand_defaults == {"task": None, "algo": TrainConfig.algo, "dataset": TrainConfig.dataset}   # the options written by hand agree too
+    # --task left out is None (so that --dataset without --reward can be refused), which `rl_notes train` turns into TrainConfig.task
+    assert f"default: {TrainConfig.task}" in next(a for a in q._actions if a.dest == "task").help
 
 # errors argparse finds (no heavy import): through the console script
 @pytest.mark.parametrize("args,msg", [
     (("train", "--algo", "reinforce", "--model", "."), "invalid choice: 'reinforce'"),
     (("train",), "the following arguments are required: --model"),
-    (("train", "--model", ".", "--steps", "ten"), "argument --steps: invalid int value: 'ten'"),
+    (("train", "--model", ".", "--steps", "ten"), "argument --steps/--max-steps: invalid int value: 'ten'"),
     (("frobnicate",), "invalid choice: 'frobnicate'"),
     # and two that the config finds, end to end
     (("train", "--model", ".", "--warmup-steps", "-5"), "TrainConfig.warmup_steps must be an int >= 0, got -5"),

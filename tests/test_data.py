@@ -116,11 +116,13 @@ def test_split_column(tmp_path):
         load_dataset_splits(path, split_column="split", test_split="eval")
 
 
-def test_loading_errors(tmp_path):
-    with pytest.raises(ValueError, match=r"`dataset` path .*nope\.jsonl' does not exist.*nothing is fetched from a hub"):
+def test_loading_errors(tmp_path, monkeypatch):
+    with pytest.raises(ValueError, match=r"`dataset` path .*nope\.jsonl' does not exist.*or a hub id 'org/name"):
         load_dataset_splits(tmp_path / "nope.jsonl")
-    with pytest.raises(ValueError, match="does not exist"):
-        load_dataset_splits("openai/gsm8k")                            # a hub name is a missing path, never a download
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)        # a hub id goes through the Hugging Face cache:
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hub"))   # an empty one, offline
+    with pytest.raises(ValueError, match=r"`dataset` 'openai/gsm8k': HF_HUB_OFFLINE=1 and it is not in the Hugging Face cache .*hf download openai/gsm8k --repo-type dataset"):
+        load_dataset_splits("openai/gsm8k")
     _write(tmp_path / "q.jsonl", [{"question": "1+1", "answer": "2"}] * 3, "jsonl")
     with pytest.raises(ValueError, match=r"q\.jsonl' has no `prompt` column; its columns: \['question', 'answer'\]"):
         load_dataset_splits(tmp_path / "q.jsonl")

@@ -59,7 +59,7 @@ def read_tables(text:str|None=None):
 LAYERS, GROUP, THIRD_PARTY = read_tables()
 NO_FILE_IO = {1: {"os", "io", "json", "shutil", "pathlib", "safetensors"}}  # modules an L1 module may not import
 INDEPENDENT = {"L3 loops"}  # rows with this label do not import each other (each loop stands alone)
-HEAVY = {"transformers", "datasets", "accelerate", "gymnasium", "matplotlib", "trl", "peft", "math_verify", "trackio", "tensorboard",
+HEAVY = {"transformers", "datasets", "accelerate", "gymnasium", "matplotlib", "trl", "peft", "math_verify", "trackio", "wandb", "tensorboard",
          "torch.utils.tensorboard"}  # top-level packages, or a dotted module (that module and its submodules)
 LAZY_L4 = {"torch", PKG}  # the CLI imports these inside its commands so that `--help` stays fast
 # modules held to less than their layer allows: (third-party packages, rl_notes modules) they may import

@@ -63,7 +63,8 @@ def _imports():
 
 OPTIONAL = {'gymnasium': 'rl_notes.control.train_ppo_gym only (imported in the function); a dev requirement',
             'math_verify': 'the math task (extra `math`)', 'peft': 'LoRA (extra `lora`)',
-            'tensorboard': 'report_to="tensorboard" (extra `tensorboard`)', 'trackio': 'report_to="trackio" (extra `trackio`)'}
+            'tensorboard': 'report_to="tensorboard" (extra `tensorboard`)', 'trackio': 'report_to="trackio" (extra `trackio`)',
+            'wandb': 'report_to="wandb" (extra `wandb`)'}
 
 def test_imports_declared():
     from importlib.metadata import packages_distributions
