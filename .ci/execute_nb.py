@@ -28,6 +28,7 @@ def run(path:Path, flags:set, cells:set|None=None) -> None:
         fl = set(FLAG.findall(c.source))
         if fl - flags: continue
         if fl and cells is not None and i not in cells: continue  # a flagged cell not asked for keeps its outputs
+        c.outputs = []  # execnb keeps a cell's old outputs when the new run prints nothing
         shell.cell(c)
         ran += 1
         if shell.exc:

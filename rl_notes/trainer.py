@@ -18,7 +18,7 @@ from .dapo import dynamic_sample, overlong_filter_mask, soft_overlong_punishment
 from .vapo import decoupled_gae, positive_lm_loss, value_pretrain_loss
 from .family import (rloo_advantages, reinforce_pp_advantages, gspo_loss, cispo_loss, kl_cov_loss, nll_loss, tis_weights,
                              high_entropy_mask, clip_cov_mask, accelerate_gather)
-from .data import RewardSet, load_dataset_splits, render_prompts, reward_spec, is_hub_id
+from .data import RewardSet, load_dataset_splits, render_prompts, reward_spec, is_hub_id, hub_snapshot, HUB_DATA_FILES, _hub_dataset_id
 from .tasks import get_task
 from .models import load_model, load_tokenizer, load_reward_model, apply_lora, enable_gradient_checkpointing, _quiet_hf, resolve_model
 from .rollout import Rollout, NonFiniteLogits, generate, response_logprobs, evaluate
@@ -634,13 +634,15 @@ def content_fingerprints(cfg:TrainConfig,
                         ) -> dict:
     "Content sha256 of what the run reads: the dataset, each reward file (a module spec as written), the model's files."
     out = {}
-    if isinstance(cfg.dataset, str): out["dataset"] = content_sha256(cfg.dataset)
+    if isinstance(cfg.dataset, str):    # a hub id: the content of its cached snapshot, resolved as the run resolves it
+        out["dataset"] = (f"{content_sha256(hub_snapshot(cfg.dataset.split(':')[0], 'dataset', HUB_DATA_FILES, what='`dataset`'))}:{cfg.dataset}"
+                          if _hub_dataset_id(cfg.dataset) else content_sha256(cfg.dataset))
     elif cfg.dataset is not None: out["dataset"] = _dataset_label(cfg.dataset)
     for i, s in enumerate(cfg.reward or []):
         rf = _reward_file(s)
         out[f"reward[{i}]"] = f"{content_sha256(rf[0])}:{rf[1]}" if rf and os.path.isfile(rf[0]) else reward_spec(s)
     if model:
-        out["model"] = content_sha256(cfg.model)
+        out["model"] = content_sha256(resolve_model(cfg.model))   # a hub id: its cached snapshot
         if cfg.critic_init and os.path.isdir(cfg.critic_init): out["critic_init"] = content_sha256(cfg.critic_init)   # a missing one: `load_reward_model` says so
     return out
 

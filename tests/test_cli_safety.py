@@ -124,11 +124,11 @@ def test_disk_full_keeps_the_rows_and_the_last_checkpoint(world, tmp_path, capsy
 
 def test_metrics_are_strict_json(world, tmp_path, capsys, monkeypatch):
     import rl_notes.trainer as T
-    monkeypatch.setattr(T, "heldout", lambda run: {"heldout_acc": float("nan"), "time_eval": 0.0})
-    with pytest.warns(UserWarning, match=r"metric\(s\) \['heldout_acc'\] of step 0 are not finite"):
+    monkeypatch.setattr(T, "heldout", lambda run: {"heldout_acc": float("nan"), "time_eval": 0.0})   # with reward functions it is logged as heldout_reward
+    with pytest.warns(UserWarning, match=r"metric\(s\) \['heldout_reward'\] of step 0 are not finite"):
         assert main(args(world, tmp_path / "run", "--steps", "1")) == 0
     rows = [json.loads(l, parse_constant=lambda c: pytest.fail(f"{c} in metrics.jsonl")) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert rows[0]["heldout_acc"] is None
+    assert rows[0]["heldout_reward"] is None
 
 
 # (2) rewards see copies
@@ -344,5 +344,5 @@ def test_math_without_math_verify_is_one_line(world, tmp_path, capsys, monkeypat
     try: status = main(args(world, tmp_path / "run", "--task", "math", "--task-arg", f"data_files={tmp_path / 'math.jsonl'}", reward=[]))
     finally:
         if bars: datasets.enable_progress_bars()
-    one_line(capsys, status, 2, "task 'math' (its verifier) needs the math_verify package", 'pip install "rl_notes[math]"')
+    one_line(capsys, status, 2, 'TrainConfig.task="math" needs math_verify, which is not installed', 'pip install "rl_notes[math]"')
     assert not (tmp_path / "run").exists()
