@@ -12,7 +12,7 @@ from .dpo import sequence_logps, dpo_loss, collate_pairs, concatenated_forward, 
 from .rollout import generate
 from .configs import ConfigError, validate_config
 from .checkpoint import CheckpointError
-from .rundir import RunDir, run_mode, claim_dir
+from .rundir import RunDir, run_mode
 from .cache import code_version
 
 # %% auto #0
