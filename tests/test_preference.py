@@ -64,7 +64,7 @@ def test_kill_between_renames_then_resume(tmp_path, monkeypatch, uninterrupted, 
     monkeypatch.setattr(os, "replace", replace)
     with pytest.raises(KeyboardInterrupt): train_dpo(tiny_lm(), None, PAIRS, C(7), out_dir=str(tmp_path / "k"))
     monkeypatch.undo()
-    assert sorted(os.listdir(tmp_path / "k")) == ["ckpt.old", "ckpt.tmp", "metrics.jsonl"]       # no ckpt/, no lock
+    assert sorted(os.listdir(tmp_path / "k")) == [".rl_notes_run", "ckpt.old", "ckpt.tmp", "metrics.jsonl"]   # no ckpt/, no lock; the run marker
     k = tiny_lm()
     with pytest.warns(UserWarning, match="recovered"): hk = train_dpo(k, None, PAIRS, C(7), out_dir=str(tmp_path / "k"))
     assert hk == ha and _same(k, pa)

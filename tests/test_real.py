@@ -83,7 +83,7 @@ def test_chat_prompts_and_eos(world):
     root, model = world
     rows = train(_cfg(root, model, "chat", steps=1))
     last = rows[-1]
-    assert last["resp_len"] <= 8 and 0 <= last["rewards/says_answer"] <= 1 and "heldout_acc" in last
+    assert last["resp_len"] <= 8 and 0 <= last["rewards/says_answer"] <= 1 and "heldout_reward" in last   # reward functions: no "accuracy"
 
 
 def test_string_prompts_csv(world):
@@ -126,8 +126,9 @@ def test_report_to_tensorboard_and_trackio(world, tmp_path, monkeypatch):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     train(_cfg(root, model, "tb", report_to="tensorboard", steps=2))
     ea = EventAccumulator(str(root / "tb" / "tensorboard")).Reload()
-    assert {"reward", "loss", "heldout_acc", "rewards/says_answer"} <= set(ea.Tags()["scalars"])
-    assert [e.step for e in ea.Scalars("loss")] == [1, 2]
+    # grouped as TRL's are: train/ and eval/; with reward functions the held-out metric is a reward, not an accuracy
+    assert {"train/reward", "train/loss", "eval/heldout_reward", "train/rewards/says_answer"} <= set(ea.Tags()["scalars"])
+    assert [e.step for e in ea.Scalars("train/loss")] == [1, 2]
     # trackio keeps its runs in $TRACKIO_DIR, read when trackio is imported: a fresh process
     code = textwrap.dedent(f"""
         from rl_notes.trainer import TrainConfig, train
