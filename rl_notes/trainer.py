@@ -566,12 +566,22 @@ def dir_problem(path:str) -> str|None:
     if not os.access(p, os.W_OK | os.X_OK): return f"{str(p)!r} is not writable"
     return None
 
-# %% ../nbs/14_trainer.ipynb #05fd2845
-_EXTRAS = (("peft", "lora", lambda c: c.lora_r > 0, "TrainConfig.lora_r > 0 (LoRA)"),
-           ("math_verify", "math", lambda c: c.task == "math" and not c.reward, "task 'math' (its verifier)"),
-           ("tensorboard", "tensorboard", lambda c: c.report_to == "tensorboard", 'TrainConfig.report_to="tensorboard"'),
-           ("trackio", "trackio", lambda c: c.report_to == "trackio", 'TrainConfig.report_to="trackio"'))  # (module, extra, needed?, by what)
+# %% ../nbs/14_trainer.ipynb #eed9882e
+def _needed_extras(cfg:TrainConfig) -> dict:
+    "{package: (the setting that needs it, the rl_notes extra that installs it)} of the run `cfg`."
+    need = {"peft": ("TrainConfig.lora_r > 0", "lora")} if cfg.lora_r else {}
+    if cfg.task == "math" and not cfg.reward: need["math_verify"] = ('TrainConfig.task="math"', "math")
+    rep = {"tensorboard": "tensorboard", "trackio": "trackio", "wandb": "wandb"}.get(cfg.report_to)
+    if rep: need[rep] = (f'TrainConfig.report_to="{cfg.report_to}"', rep)
+    return need
 
+def _check_extras(cfg:TrainConfig, find=None):
+    "A ValueError naming the first optional package the run needs that is not installed, and the extra that installs it."
+    find = find or importlib.util.find_spec   # looked up at call time (a test can hide a package)
+    for pkg, (why, extra) in _needed_extras(cfg).items():
+        if find(pkg) is None: raise ValueError(f'{why} needs {pkg}, which is not installed: pip install "rl_notes[{extra}]"')
+
+# %% ../nbs/14_trainer.ipynb #05fd2845
 def _model_config(path:str) -> dict:
     "The fields of a model directory's config.json that the checks read (a multimodal config's `text_config`); {} if unreadable."
     try: c = json.loads((Path(path) / "config.json").read_text())
@@ -592,8 +602,7 @@ def _prompt_texts(tok, rows:list, where:str) -> list[str]:
 
 def preflight(cfg:TrainConfig, train_rows:list, test_rows:list):
     "Before any weights load: optional packages, the tokenizer against the model, every prompt rendered, empty and too-long prompts, reward weights."
-    for mod, extra, needed, what in _EXTRAS:
-        if needed(cfg) and importlib.util.find_spec(mod) is None: raise ValueError(f'{what} needs the {mod} package: pip install "rl_notes[{extra}]"')
+    _check_extras(cfg)                                                   # optional packages (also checked first by `setup`)
     if cfg.report_to == "tensorboard" and not cfg.overwrite and (why := dir_problem(tb := os.path.join(cfg.out_dir, "tensorboard"))):
         raise ValueError(f'TrainConfig.report_to="tensorboard" writes to {tb!r}, which cannot be created: {why}')   # --overwrite removes a run's own
     tok, mc = load_tokenizer(cfg.model), _model_config(cfg.model)
@@ -693,20 +702,6 @@ def _open_dir(run:Run):
         if cfg.report_to != "none": run.reporter = Reporter(cfg.report_to, cfg.out_dir, cfg.to_dict())
     run.rows = rows
     run.acc.wait_for_everyone()
-
-# %% ../nbs/14_trainer.ipynb #eed9882e
-def _needed_extras(cfg:TrainConfig) -> dict:
-    "{package: (the setting that needs it, the rl_notes extra that installs it)} of the run `cfg`."
-    need = {"peft": ("TrainConfig.lora_r > 0", "lora")} if cfg.lora_r else {}
-    if cfg.task == "math" and not cfg.reward: need["math_verify"] = ('TrainConfig.task="math"', "math")
-    rep = {"tensorboard": "tensorboard", "trackio": "trackio", "wandb": "wandb"}.get(cfg.report_to)
-    if rep: need[rep] = (f'TrainConfig.report_to="{cfg.report_to}"', rep)
-    return need
-
-def _check_extras(cfg:TrainConfig, find=importlib.util.find_spec):
-    "A ValueError naming the first optional package the run needs that is not installed, and the extra that installs it."
-    for pkg, (why, extra) in _needed_extras(cfg).items():
-        if find(pkg) is None: raise ValueError(f'{why} needs {pkg}, which is not installed: pip install "rl_notes[{extra}]"')
 
 # %% ../nbs/14_trainer.ipynb #dad13968
 def setup(cfg:TrainConfig,  # the run

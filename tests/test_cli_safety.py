@@ -253,7 +253,7 @@ def test_checks_before_the_model_loads(world, tmp_path, capsys, monkeypatch):
     import importlib.util
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "peft" else real(name, *a))
-    fails("--lora-r", "4", msgs=['TrainConfig.lora_r > 0 (LoRA) needs the peft package: pip install "rl_notes[lora]"'])
+    fails("--lora-r", "4", msgs=['TrainConfig.lora_r > 0 needs peft, which is not installed: pip install "rl_notes[lora]"'])
 
 
 # (6) data errors say where
