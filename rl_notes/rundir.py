@@ -172,7 +172,7 @@ class RunLock:
 
 # %% ../nbs/13a_rundir.ipynb #99ebd16a
 RUN_MARKER = ".rl_notes_run"  # written by `prepare`: the rl_notes version and the names of a run's files (what overwrite may delete)
-RUN_FILES = ("config.json", "metrics.jsonl", "ckpt", "done.json", "log.txt", "tensorboard", "eval-*.json")  # a run's names (patterns)
+RUN_FILES = ("config.json", "metrics.jsonl", "ckpt", "done.json", "log.txt", "tensorboard", "wandb", "model", "eval-*.json")  # a run's names (patterns): `model` is its exported Hugging Face model, `wandb` the W&B reporter's files
 RUNNER_FILES = ("job.json", "log.txt")  # the experiment runner writes these before the run opens the directory; overwrite keeps job.json
 
 def _version() -> str:

@@ -98,8 +98,11 @@ def test_overwrite_removes_only_the_runs_files(world, tmp_path, capsys):
     run = tmp_path / "run"
     assert main(args(world, run, "--steps", "1")) == 0
     (run / "notes.txt").write_text("mine")
+    assert (run / "model" / "config.json").is_file()                                  # the run's exported model
+    (run / "model" / "stale").write_text("from the previous run")
     assert main(args(world, run, "--steps", "1", "--overwrite")) == 0
-    assert (run / "notes.txt").read_text() == "mine" and json.loads((run / ".rl_notes_run").read_text())["files"]
+    assert (run / "notes.txt").read_text() == "mine" and "model" in json.loads((run / ".rl_notes_run").read_text())["files"]
+    assert not (run / "model" / "stale").exists() and (run / "model" / "config.json").is_file()   # the old export went with the old run
 
 
 def test_disk_full_keeps_the_rows_and_the_last_checkpoint(world, tmp_path, capsys, monkeypatch):
