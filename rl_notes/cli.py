@@ -111,7 +111,7 @@ def demo(out:str|Path="runs/demo",  # output directory; its runs are replaced wh
     return text
 
 # %% ../nbs/18_cli.ipynb #dad43ec1
-PRESET_NAMES = ("cispo", "dapo", "dr_grpo", "grpo", "gspo", "kl_cov", "ppo", "reinforce_pp", "rft", "rloo", "vapo")  # == sorted keys of `rl_notes.trainer.PRESETS` (a test checks), without importing it
+PRESET_NAMES = ("cispo", "dapo", "dr_grpo", "grpo", "grpo_icepop", "grpo_tis", "gspo", "kl_cov", "ppo", "ppo_rlhf", "reinforce_pp", "rft", "rloo", "vapo")  # == sorted keys of `rl_notes.trainer.PRESETS` (a test checks), without importing it
 
 class ConfigField(NamedTuple):
     "One field of a config dataclass, as its source states it."
@@ -161,7 +161,7 @@ FIELD_GROUP = {  # config field -> --help section (TrainConfig and SFTConfig; a 
     **dict.fromkeys(("model", "task", "task_kw", "dataset", "reward", "reward_weights", "critic_init", "dtype", "gradient_checkpointing",
                      "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "save_adapter", "n_train", "model_cfg", "chars"), "model and data"),
     **dict.fromkeys(("algo", "group_size", "ppo_epochs", "n_minibatches"), "algorithm"),
-    **dict.fromkeys(("max_new_tokens", "temperature"), "generation"),
+    **dict.fromkeys(("max_new_tokens", "temperature", "sampler_dtype", "sampler_lag", "sampler_temperature"), "generation"),
     **dict.fromkeys(("steps", "n_prompts", "lr", "critic_lr", "weight_decay", "max_grad_norm", "warmup_steps", "seed", "threads", "micro_batch_size",
                      "shard_rollouts", "batch_size", "warmup"), "optimisation"),
     **dict.fromkeys(("n_eval", "eval_every", "save_every", "out_dir", "resume", "overwrite", "accept_changed", "stop_at", "report_to", "progress",

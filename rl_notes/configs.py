@@ -141,6 +141,14 @@ TRL_NAMES = {  # GRPOConfig name -> `TrlName`
     "top_entropy_quantile": TrlName("Algo", "top_entropy_quantile"),
     "top_p": TrlName(None, None, {1.0: None}, note="rl_notes samples at `temperature` with top_p = 1"),
     "top_k": TrlName(None, None, {0: None, None: None}, note="rl_notes samples from the full vocabulary"),
+    "vllm_importance_sampling_mode": TrlName("Algo", "tis", note="TRL corrects only when vLLM samples (and vllm_importance_sampling_correction, default True); "
+                                             "rl_notes whenever set, against its own sampler (`sampler_dtype`, `sampler_lag`, `sampler_temperature`)"),
+    "vllm_importance_sampling_clip_max": TrlName("Algo", "tis_c_max", note="TRL's default 3.0, rl_notes' 2.0"),
+    "vllm_importance_sampling_clip_min": TrlName("Algo", "tis_c_min"),
+    "off_policy_mask_threshold": TrlName("Algo", "opsm_delta", note="DeepSeek-V3.2's off-policy sequence mask"),
+    "ref_model_sync_steps": TrlName("Algo", "ref_reset_every", note="TRL syncs only with sync_ref_model=True (then every 512 steps by default); "
+                                    "rl_notes whenever ref_reset_every > 0"),
+    "ref_model_mixup_alpha": TrlName("Algo", "ref_mixup_alpha", note="TRL's default 0.6, rl_notes' 1.0 (a copy, as ProRL)"),
 }
 
 def from_trl(cls:str,  # "TrainConfig" or "Algo": the config `d` is for

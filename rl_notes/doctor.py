@@ -26,7 +26,8 @@ SOURCE_MAPS = {  # source -> {its metric name: internal name}
                  "clipfrac_low": "clipfrac_low", "clipfrac_high": "clipfrac_high", "approx_kl": "approx_kl",
                  "kl_ref": "kl_ref", "resp_len": "len_mean", "len_right": "len_right", "len_wrong": "len_wrong",
                  "trunc_rate": "trunc_frac", "explained_var": "explained_var", "loss": "loss", "grad_norm": "grad_norm",
-                 "lr": "lr", "heldout_acc": "heldout_acc", "heldout_reward": "heldout_reward"},
+                 "lr": "lr", "heldout_acc": "heldout_acc", "heldout_reward": "heldout_reward",
+                 "mismatch/logp_diff_mean": "mismatch_logp", "mismatch/kl_k1": "mismatch_kl"},
     "trl": {"reward": "reward", "reward_std": "reward_std", "frac_reward_zero_std": "zero_std_frac", "entropy": "entropy",
             "clip_ratio/region_mean": "clipfrac", "clip_ratio/low_mean": "clipfrac_low",
             "clip_ratio/high_mean": "clipfrac_high", "kl": "kl_ref", "completions/mean_length": "len_mean",
@@ -43,7 +44,8 @@ SOURCE_MAPS = {  # source -> {its metric name: internal name}
 NOT_METRICS = {"step", "epoch", "algo", "phase", "vp_step", "elapsed_seconds"}  # row keys that are not metrics
 KNOWN_UNUSED = {  # source -> its names that no check needs (reported as `unused`, apart from the unknown `unmapped` ones)
     "rl_notes": re.compile(r"^(score|parsed|adv_abs|time_\w+|gen_rounds|filler_frac|kept_frac|value_loss|value_grad_norm|ratio_mean|"
-                           r"resp_len_max|heldout_(len|parsed|trunc|sample_acc|sample_reward)|lm_loss|rewards/.+|frac_reward_ge1|micro_batches|reward_std|frac_reward_zero_std)$"),
+                           r"resp_len_max|heldout_(len|parsed|trunc|sample_acc|sample_reward)|lm_loss|rewards/.+|frac_reward_ge1|micro_batches|reward_std|frac_reward_zero_std|"
+                           r"mismatch/.+|kl_beta|kl_sample|kl_reward|ref_reset)$"),
     "trl": re.compile(r"^(clip_ratio/(high_max|low_min)|completions/(min|max)_(terminated_)?length|num_tokens|step_time|total_flos|"
                       r"train_(runtime|loss|samples_per_second|steps_per_second)|rewards/.+/(mean|std)|eval_.+|policy_loss|aux_loss|"
                       r"entropy_coef|cispo_clip_ratio|sampling/.+|tools/.+)$"),

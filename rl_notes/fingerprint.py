@@ -8,7 +8,7 @@ import json, re, time, hashlib, platform, tempfile, contextlib, dataclasses, imp
 from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
-from .trainer import Algo, TrainConfig, PRESETS, RUN_CONTROL, get_algo, train
+from .trainer import Algo, TrainConfig, PRESETS, RUN_CONTROL, OFFPOLICY_FIELDS, get_algo, train, offpolicy_settings
 from .sft import SFTConfig, sft_train
 from .models import load_model, _quiet_hf
 from .rollout import sample_eval
@@ -18,9 +18,9 @@ from .checkpoint import read_json, write_json_atomic, rng_state, set_rng_state, 
 
 # %% auto #0
 __all__ = ['FP_VERSION', 'MICRO_MODEL', 'MICRO_TASK', 'MICRO_SFT', 'TASK_KW', 'MICRO_RUN', 'ADDED_METRICS', 'RENAMED_METRICS',
-           'RL_RUNS', 'SFT_RUNS', 'EVAL_RUNS', 'KINDS', 'NOT_BEHAVIOUR', 'UNCOVERED_TASKS', 'micro_env', 'micro_model',
-           'micro_reward_model', 'reward_short', 'rl_config', 'fingerprint', 'rows_key', 'fingerprint_memo',
-           'behaviour_key', 'coverage', 'inert', 'report']
+           'RL_RUNS', 'OFFPOLICY_RUNS', 'SFT_RUNS', 'EVAL_RUNS', 'KINDS', 'NOT_BEHAVIOUR', 'UNCOVERED_TASKS',
+           'micro_env', 'micro_model', 'micro_reward_model', 'reward_short', 'rl_config_kw', 'rl_config', 'fingerprint',
+           'rows_key', 'fingerprint_memo', 'behaviour_key', 'coverage', 'inert', 'report']
 
 # %% ../nbs/16a_fingerprint.ipynb #5102d5e7
 FP_VERSION = 1  # bump when what a fingerprint records changes (its rows' layout), not when the library's numbers change
@@ -86,9 +86,12 @@ def micro_reward_model(policy_dir:str|Path, out:str|Path) -> Path:
     return out
 
 # %% ../nbs/16a_fingerprint.ipynb #12c55e50
+_OFF_PRESETS = ("ppo_rlhf", "grpo_tis", "grpo_icepop")   # the presets added with the off-policy fields: micro runs of their own kind
+
 RL_RUNS = {  # name -> (task (a `TASK_KW` key), algo, TrainConfig fields): every preset, then every flag the experiments set
     **{p: ("add1", get_algo(p, **({"cache_len": 2} if PRESETS[p].get("soft_overlong") else {}),
-                         **({"value_pretrain_steps": 2} if PRESETS[p].get("value_pretrain_steps") else {})), {}) for p in PRESETS},
+                         **({"value_pretrain_steps": 2} if PRESETS[p].get("value_pretrain_steps") else {})), {}) for p in PRESETS
+       if p not in _OFF_PRESETS},
     "dual_clip": ("add1", get_algo("grpo", dual_clip=2.0, eps_low=0.1), {}),
     "kl_k1": ("add1", get_algo("grpo", kl="k1", beta=0.1), {}),
     "kl_k2": ("add1", get_algo("grpo", kl="k2", beta=0.1), {}),
@@ -127,10 +130,29 @@ def reward_short(completions, **kw) -> list[float]:
     "A dense reward with TRL's signature for the micro run of `TrainConfig.reward`: 1 / (1 + the completion's length)."
     return [1.0 / (1 + len(c if isinstance(c, str) else c[-1]["content"])) for c in completions]
 
+# the runs of the sampler/learner gap and of the KL's placement (`rl_notes.trainer.OFFPOLICY_FIELDS`): their own kind, "offpolicy",
+# so that a run which sets none of those fields keeps the key it had before they existed
+OFFPOLICY_RUNS = {
+    **{p: ("add1", get_algo(p), {}) for p in _OFF_PRESETS},
+    "sampler_bf16": ("add1", get_algo("grpo"), dict(sampler_dtype="bfloat16")),
+    "sampler_lag": ("add1", get_algo("grpo", tis="token_truncate"), dict(sampler_lag=1)),
+    "sampler_temperature": ("add1", get_algo("grpo", rs="sequence", rs_low=0.9, rs_high=1.1), dict(sampler_temperature=1.3)),
+    "rs_geometric_opsm": ("add1", get_algo("grpo", rs="geometric", rs_low=0.95, rs_high=1.05, opsm_delta=0.0), dict(sampler_lag=1)),
+    "clip_anchor_sampler": ("add1", get_algo("grpo", clip_anchor="sampler"), dict(sampler_temperature=1.3)),
+    "kl_adaptive_reset": ("add1", get_algo("grpo", beta=0.1, kl_target=0.01, kl_horizon=100.0, ref_reset_every=1, ref_mixup_alpha=0.5), {}),
+    "kl_in_reward_group": ("add1", get_algo("grpo", beta=0.1, kl="k1", kl_in_reward=True), {}),
+}
+
 # %% ../nbs/16a_fingerprint.ipynb #7f455d5b
+def rl_config_kw(name:str) -> TrainConfig:
+    "The `TrainConfig` of a micro run without its files (placeholders kept): for checks of its fields."
+    task, algo, kw = {**RL_RUNS, **OFFPOLICY_RUNS}[name]
+    kw = {k: v for k, v in kw.items() if k not in ("critic_init", "dataset", "reward", "reward_weights")}
+    return TrainConfig(model="micro", algo=algo, task=TASK_KW[task][0], task_kw=TASK_KW[task][1], **{**MICRO_RUN, **kw})
+
 def rl_config(name:str, micro:Path, work:Path) -> TrainConfig:
-    "The `TrainConfig` of the micro run `name` of `RL_RUNS` (placeholders `<rm>` and `<data>` made in `work`)."
-    task, algo, kw = RL_RUNS[name]
+    "The `TrainConfig` of the micro run `name` of `RL_RUNS` or `OFFPOLICY_RUNS` (placeholders `<rm>` and `<data>` made in `work`)."
+    task, algo, kw = {**RL_RUNS, **OFFPOLICY_RUNS}[name]
     kw = dict(kw)
     if kw.get("critic_init") == "<rm>": kw["critic_init"] = str(micro_reward_model(micro, work / "rm"))
     if kw.get("dataset") == "<data>":
@@ -169,7 +191,7 @@ def _eval_rows(name:str, micro:Path, work:Path) -> list[dict]:
     model, tok = load_model(micro)
     return [_row(sample_eval(model, tok, t, t.dataset(8, seed=5, split="train").to_list(), k=4, seed=0))]
 
-KINDS = {"rl": (RL_RUNS, _rl_rows), "sft": ({"micro": None, **SFT_RUNS}, _sft_rows), "eval": (EVAL_RUNS, _eval_rows)}
+KINDS = {"rl": (RL_RUNS, _rl_rows), "offpolicy": (OFFPOLICY_RUNS, _rl_rows), "sft": ({"micro": None, **SFT_RUNS}, _sft_rows), "eval": (EVAL_RUNS, _eval_rows)}
 
 # %% ../nbs/16a_fingerprint.ipynb #7d235b33
 def fingerprint(kind:str,  # "rl", "sft" or "eval" (`KINDS`)
@@ -234,12 +256,12 @@ NOT_BEHAVIOUR = {  # fields no micro run needs to set, and why
 }
 UNCOVERED_TASKS = {"math": "needs a local data file (`data_files`) and a chat template the micro tokenizer lacks"}
 
-def coverage(runs:dict|None=None,  # name -> (task, algo, TrainConfig fields); default `RL_RUNS`
+def coverage(runs:dict|None=None,  # name -> (task, algo, TrainConfig fields); default `RL_RUNS` and `OFFPOLICY_RUNS`
              algo_cls=Algo,  # the algorithm's dataclass
              cfg_cls=TrainConfig,  # the run's dataclass
             ) -> dict:
     "Which fields, presets and tasks the RL micro runs exercise: a field counts when some run sets it to a value other than its default."
-    runs = RL_RUNS if runs is None else runs
+    runs = {**RL_RUNS, **OFFPOLICY_RUNS} if runs is None else runs
     a0, c0, hit = algo_cls(), cfg_cls(), set()
     for task, algo, kw in runs.values():
         hit |= {f"Algo.{f.name}" for f in dataclasses.fields(algo_cls) if getattr(algo, f.name) != getattr(a0, f.name)}

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json, sys, time, hashlib, subprocess
 from pathlib import Path
 from safetensors.torch import load_model as st_load_model
-from .trainer import TrainConfig, RUN_CONTROL, train, content_fingerprints
+from .trainer import TrainConfig, RUN_CONTROL, OFFPOLICY_FIELDS, train, content_fingerprints, offpolicy_settings
 from .models import load_model
 from .sft import SFTConfig, sft_config, sft_train
 from .rollout import sample_eval
@@ -18,8 +18,8 @@ from .fingerprint import behaviour_key
 from .cache import cache_dir
 
 # %% auto #0
-__all__ = ['LAB_LOCK', 'LAB_BUSY', 'SFT_STATE', 'lab_key', 'lab_done', 'lab_job', 'lab_runs', 'sft_key', 'sft_cache_path',
-           'sft_warm_start', 'lab_policy', 'lab_eval', 'lab_rekey']
+__all__ = ['LAB_LOCK', 'LAB_BUSY', 'SFT_STATE', 'lab_code', 'lab_key', 'lab_done', 'lab_job', 'lab_runs', 'sft_key',
+           'sft_cache_path', 'sft_warm_start', 'lab_policy', 'lab_eval', 'lab_rekey']
 
 # %% ../nbs/17_lab.ipynb #7beb11b5
 LAB_LOCK = ".lab.lock"  # the lock `lab_job` holds on a run directory while it works there
@@ -27,25 +27,33 @@ LAB_BUSY = 75  # exit status of a `lab_job` that found its run held by another l
 
 def _lab_key(cfg:TrainConfig, code:str) -> str:
     "The hash of every field of `cfg` that changes what is computed (not `RUN_CONTROL`), of the user files' content, and of `code`."
-    d = cfg.to_dict()
-    # `critic_init` only when set, so adding that field did not change the key of runs without it
-    ident = {k: v for k, v in d.items() if k not in RUN_CONTROL and not (k == "critic_init" and v is None)}
+    d, off = cfg.to_dict(), offpolicy_settings(cfg)
+    # `critic_init` and the off-policy fields only when set, so adding those fields did not change the key of runs without them
+    late = lambda k, v, where: k in OFFPOLICY_FIELDS[where] and (f"algo.{k}" if where == "Algo" else k) not in off
+    ident = {k: v for k, v in d.items() if k not in RUN_CONTROL and not (k == "critic_init" and v is None) and not late(k, v, "TrainConfig")}
+    ident["algo"] = {k: v for k, v in ident["algo"].items() if not late(k, v, "Algo")}
     if (user := content_fingerprints(cfg, model=False)): ident["content"] = user   # a dataset's or reward file's content; none for built-in tasks
     return hashlib.sha256(json.dumps([ident, {"code": code}], sort_keys=True, default=str).encode()).hexdigest()[:16]
 
+def lab_code(cfg:TrainConfig|None=None) -> str:
+    "The behaviour key a run of `cfg` depends on: the trainer's (`rl`), and the off-policy runs' when `cfg` sets an off-policy field."
+    return behaviour_key("rl", "offpolicy") if cfg is not None and offpolicy_settings(cfg) else behaviour_key("rl")
+
 def lab_key(cfg:TrainConfig) -> str:
     "The cache key of a run: every field that changes what is computed (not `RUN_CONTROL`), and the trainer's behaviour key."
-    return _lab_key(cfg, behaviour_key("rl"))
+    return _lab_key(cfg, lab_code(cfg))
 
-def lab_done(out:Path) -> bool:
+def lab_done(out:Path,
+             cfg:TrainConfig|None=None,  # the run's config (its behaviour key: `lab_code`); None: a run that sets no off-policy field
+            ) -> bool:
     "Has the run in `out` finished with code that behaves as the current code does?"
     done = RunDir(out).done()
-    return done is not None and done.get("code") == behaviour_key("rl")
+    return done is not None and done.get("code") == lab_code(cfg)
 
 def _lab_prepare(cfg:TrainConfig, root:Path, force:bool) -> Path:
     "Set `cfg.out_dir` to its cache directory and write the job file there; returns the directory."
     out = root / lab_key(cfg); cfg.out_dir = str(out)
-    if not lab_done(out) or force:
+    if not lab_done(out, cfg) or force:
         out.mkdir(parents=True, exist_ok=True)
         d = {**cfg.to_dict(), "out_dir": str(out), "progress": False, "threads": 1, "resume": False}
         write_json_atomic(RunDir(out).job_file, {"cfg": d, "force": force})
@@ -62,13 +70,14 @@ def lab_job(path:str,  # a job.json written by `lab_runs`: {"cfg": TrainConfig d
     except CheckpointError as e:
         print(e, file=sys.stderr); return LAB_BUSY
     try:
-        if lab_done(out) and not job.get("force"): return 0                     # another process finished it meanwhile
+        cfg = TrainConfig.from_dict({**job["cfg"], "resume": False})
+        if lab_done(out, cfg) and not job.get("force"): return 0                     # another process finished it meanwhile
         resume = not job.get("force") and rd.has_checkpoint()                   # a dead owner's checkpoint: continue it
         if not resume: rd.prepare("overwrite", keep=(RunDir.LOG,))             # else start over (this process writes log.txt)
         t0 = time.time()
         rows = train(TrainConfig.from_dict({**job["cfg"], "resume": resume}))
         rd.mark_done({"wall_s": round(time.time() - t0, 1), "steps": rows[-1]["step"], "resumed": resume,
-                      "threads": job["cfg"]["threads"], "code": behaviour_key("rl")})
+                      "threads": job["cfg"]["threads"], "code": lab_code(cfg)})
         return 0
     finally: rd.close()
 
@@ -86,10 +95,11 @@ def lab_runs(cfgs:list,  # configs (`rl_notes.trainer.TrainConfig`); their out_d
     "Run RL lab configs in parallel subprocesses, cached on disk by config and behaviour key; returns each run's metric rows."
     root = Path(root) if root else cache_dir("lab")
     jobs = [_lab_prepare(cfg, root, force) for cfg in cfgs]
-    todo, running = list(dict.fromkeys(o for o in jobs if force or not lab_done(o))), {}
+    cfg_of = dict(zip(jobs, cfgs))
+    todo, running = list(dict.fromkeys(o for o in jobs if force or not lab_done(o, cfg_of[o]))), {}
     while todo or running:
         for o in [o for o in todo if o not in running]:
-            if not force and lab_done(o): todo.remove(o); continue
+            if not force and lab_done(o, cfg_of[o]): todo.remove(o); continue
             if RunDir(o, lock=LAB_LOCK).lock.owner() is not None: continue          # another process trains it: wait for it
             if len(running) < workers: running[o] = _spawn(o)
         time.sleep(1)
@@ -144,7 +154,7 @@ def lab_policy(cfg:TrainConfig,  # a config whose run `lab_runs` has finished (i
               ):
     "`(model, tokenizer)`: the final policy of a finished lab run (or the starting checkpoint when the run took 0 steps)."
     out = Path(cfg.out_dir)
-    if not lab_done(out): raise ValueError(f"`cfg`: no finished lab run in {str(out)!r} (run it with `lab_runs` first)")
+    if not lab_done(out, cfg): raise ValueError(f"`cfg`: no finished lab run in {str(out)!r} (run it with `lab_runs` first)")
     model, tok = load_model(cfg.model)
     if cfg.steps: st_load_model(model, str(RunDir(out).weights("policy")))
     return model, tok

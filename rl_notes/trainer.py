@@ -18,6 +18,8 @@ from .dapo import dynamic_sample, overlong_filter_mask, soft_overlong_punishment
 from .vapo import decoupled_gae, positive_lm_loss, value_pretrain_loss
 from .family import (rloo_advantages, reinforce_pp_advantages, gspo_loss, cispo_loss, kl_cov_loss, nll_loss, tis_weights,
                              high_entropy_mask, clip_cov_mask, accelerate_gather)
+from .offpolicy import (RS_LEVELS, rejection_mask, opsm_mask, mismatch_metrics, kl_shaped_rewards, AdaptiveKLController,
+                                ref_reset_due, reset_reference)
 from .data import RewardSet, load_dataset_splits, render_prompts, reward_spec, is_hub_id, hub_snapshot, HUB_DATA_FILES, _hub_dataset_id
 from .tasks import get_task
 from .models import load_model, load_tokenizer, load_reward_model, apply_lora, enable_gradient_checkpointing, _quiet_hf, resolve_model
@@ -29,14 +31,14 @@ from .cache import cache_dir, content_sha256
 
 # %% auto #0
 __all__ = ['PRESETS', 'ADVANTAGE_ESTIMATORS', 'CRITIC_ESTIMATORS', 'POLICY_LOSSES', 'TOKEN_MODIFIERS', 'RUN_CONTROL',
-           'LAB_DEFAULTS', 'REAL_MODEL_PARAMS', 'PATH_FIELDS', 'RENAMED_WITH_REWARDS', 'MODEL_DIR', 'Algo', 'get_algo',
-           'Batch', 'make_batch', 'adv_group', 'adv_group_mean', 'adv_gae', 'adv_correct', 'adv_rloo',
-           'adv_reinforce_pp', 'loss_clip', 'loss_nll', 'loss_gspo', 'loss_cispo', 'loss_kl_cov', 'Tokens', 'mod_tis',
-           'mod_entropy', 'mod_clip_cov', 'modify_tokens', 'TrainConfig', 'trl_config', 'Meter', 'heldout_eval',
-           'TrainingDiverged', 'seed_everything', 'Run', 'dir_problem', 'preflight', 'content_fingerprints',
-           'check_content', 'setup', 'PeerFailed', 'together', 'collect', 'advantages', 'update', 'Reporter',
-           'final_metrics', 'model_card', 'export_model', 'heldout', 'eval_due', 'log_row', 'checkpoint',
-           'value_pretrain_step', 'StopRequest', 'TrainResult', 'train']
+           'LAB_DEFAULTS', 'REAL_MODEL_PARAMS', 'PATH_FIELDS', 'OFFPOLICY_FIELDS', 'RENAMED_WITH_REWARDS', 'MODEL_DIR',
+           'Algo', 'get_algo', 'Batch', 'make_batch', 'adv_group', 'adv_group_mean', 'adv_gae', 'adv_correct',
+           'adv_rloo', 'adv_reinforce_pp', 'loss_clip', 'loss_nll', 'loss_gspo', 'loss_cispo', 'loss_kl_cov', 'Tokens',
+           'mod_tis', 'mod_rs', 'mod_opsm', 'mod_entropy', 'mod_clip_cov', 'modify_tokens', 'TrainConfig', 'trl_config',
+           'Meter', 'heldout_eval', 'TrainingDiverged', 'seed_everything', 'Run', 'dir_problem', 'preflight',
+           'content_fingerprints', 'check_content', 'offpolicy_settings', 'sampler_differs', 'setup', 'PeerFailed',
+           'together', 'collect', 'advantages', 'update', 'Reporter', 'final_metrics', 'model_card', 'export_model',
+           'heldout', 'eval_due', 'log_row', 'checkpoint', 'value_pretrain_step', 'StopRequest', 'TrainResult', 'train']
 
 # %% ../nbs/14_trainer.ipynb #2efb1170
 def _f(default, **rules):
@@ -92,8 +94,28 @@ class Algo:
     tis: str|None = _f(None, choices=("token_truncate", "token_mask", "sequence_truncate", "sequence_mask"))  # sampler-mismatch correction (TRL's names); None: off
     tis_c_max: float|None = _f(2.0, gt=0)  # C_max of the correction; None: no upper bound
     tis_c_min: float|None = _f(None, ge=0)  # C_min of the correction; None: no lower bound
+    rs: str|None = _f(None, choices=RS_LEVELS)  # rejection: weight 0 on the tokens ("token": IcePop's mask) or whole responses ("sequence", "geometric" mean) whose ratio pi_old / mu leaves [rs_low, rs_high]; None: off
+    rs_low: float = _f(0.5, gt=0, le=1)  # smallest ratio `rs` keeps
+    rs_high: float = _f(2.0, ge=1)  # largest ratio `rs` keeps (IcePop: 5)
+    opsm_delta: float|None = None  # DeepSeek-V3.2's off-policy sequence mask: weight 0 on responses with A < 0 whose mean log mu - log pi_old exceeds delta; None: off
+    clip_anchor: str = _f("learner", choices=("learner", "sampler"))  # the ratio's pi_old: the learner's log-probs before the update (decoupled PPO: tis / rs / opsm weigh by pi_old / mu), or the sampler's (coupled PPO: the clip is centred on the behaviour policy)
+    kl_in_reward: bool = False  # beta times the `kl` estimate per token goes into the reward (PPO-RLHF, with kl="k1"), not into the loss
+    kl_target: float|None = _f(None, gt=0)  # adaptive beta (Ziegler et al. 2019): steer the samples' mean per-token KL to the reference toward this; None: beta fixed
+    kl_horizon: float = _f(10000.0, gt=0)  # H of the adaptive rule: a step of n responses moves beta by at most a factor 1 +- 0.2 n / H
+    ref_reset_every: int = _f(0, ge=0)  # every N RL steps move the reference to the policy (ProRL's reset; TRL's ref_model_sync_steps); 0: never
+    ref_mixup_alpha: float = _f(1.0, gt=0, le=1)  # the move: ref <- alpha * policy + (1 - alpha) * ref; 1: a copy
 
-    def __post_init__(self): validate_config(self)
+    def __post_init__(self):
+        validate_config(self)
+        kl_on = [k for k, on in (("kl_in_reward", self.kl_in_reward), ("kl_target", self.kl_target is not None),
+                                 ("ref_reset_every", self.ref_reset_every > 0)) if on]
+        if kl_on and self.beta == 0: raise ValueError(f"Algo.{kl_on[0]} acts on the KL term, which beta=0 turns off: set beta > 0")
+        if self.kl_in_reward and self.loss != "clip": raise ValueError(f"Algo.kl_in_reward moves the KL out of the loss; only loss='clip' has one, got loss={self.loss!r}")
+        fix = [k for k in ("tis", "rs", "opsm_delta") if getattr(self, k) is not None]
+        if fix and self.clip_anchor == "sampler":
+            raise ValueError(f"Algo.clip_anchor='sampler' makes pi_old the sampler's mu, so Algo.{fix[0]} would weigh every token by 1; "
+                             "use clip_anchor='learner' with it")
+        if self.opsm_delta is not None and not math.isfinite(self.opsm_delta): raise ValueError(f"Algo.opsm_delta must be finite, got {self.opsm_delta}")
     @property
     def uses_critic(self) -> bool: return self.adv in CRITIC_ESTIMATORS
 
@@ -123,6 +145,12 @@ PRESETS = {
     "reinforce_pp": dict(adv="reinforce_pp", agg="token-mean"),
     # KL-Cov (Cui et al. 2025): |log r| on the 0.2% highest-covariance tokens, weight 1
     "kl_cov": dict(adv="group", loss="kl_cov", agg="token-mean", kl_cov_ratio=2e-3, kl_cov_coef=1.0),
+    # PPO-RLHF (Ziegler et al. 2019; Ouyang et al. 2022): critic + GAE, the k1 KL to the reference in the per-token reward
+    "ppo_rlhf": dict(adv="gae", agg="token-mean", lam_critic=0.95, lam_actor=0.95, beta=0.05, kl="k1", kl_in_reward=True),
+    # GRPO with truncated importance sampling on the sampler gap (Yao et al. 2025: token level, C = 2)
+    "grpo_tis": dict(adv="group", agg="seq-mean-token-mean", beta=0.04, kl="k3", tis="token_truncate", tis_c_max=2.0),
+    # GRPO with IcePop's two-sided token mask (Ling team 2025): tokens whose pi_old / mu leaves [0.5, 5] get no gradient
+    "grpo_icepop": dict(adv="group", agg="seq-mean-token-mean", beta=0.04, kl="k3", rs="token", rs_low=0.5, rs_high=5.0),
 }
 
 def get_algo(name:str|Algo,  # a preset name (`PRESETS`) or an `Algo`, returned as is (with overrides)
@@ -148,12 +176,14 @@ class Batch:
     values: torch.Tensor|None = None  # (B, T) critic values at rollout time
     adv: torch.Tensor|None = None  # (B,) or (B, T) advantages
     returns: torch.Tensor|None = None  # (B, T) value targets
+    ref_logp: torch.Tensor|None = None  # (B, T) log-probs under the reference, when the reward needs them (`Algo.kl_in_reward`)
+    kl_reward: torch.Tensor|None = None  # (B, T) -beta times the KL estimate per token, when the KL is in the reward
 
     def rows(self, idx) -> Batch:
         "The rows `idx` (indices or a (B,) bool mask) of every per-response and per-token tensor."
         pick = lambda x: None if x is None else x[idx]
         return dataclasses.replace(self, ro=self.ro.select(idx), **{k: pick(getattr(self, k)) for k in
-                                   ("reward", "score", "correct", "mask", "loss_mask", "values", "adv", "returns")})
+                                   ("reward", "score", "correct", "mask", "loss_mask", "values", "adv", "returns", "ref_logp", "kl_reward")})
 
 def make_batch(ro:Rollout,  # sampled responses (on the model's device)
                reward:torch.Tensor,  # (B,) verifier rewards (the task scores on the CPU)
@@ -182,6 +212,7 @@ def adv_gae(algo:Algo, batch:Batch,
            ):
     "PPO / VAPO: the outcome reward on the last token, GAE with the critic's lambda (targets) and the actor's (advantages), whitened."
     tok_r = terminal_rewards(batch.score, batch.mask)                        # (B, T)
+    if batch.kl_reward is not None: tok_r = tok_r + batch.kl_reward           # PPO-RLHF: r_t = R 1[t = |y|] - beta k_t
     adv, returns = decoupled_gae(tok_r, batch.values, batch.mask, lam_critic=algo.lam_critic, lam_actor=algo.lam_actor,
                                  alpha=algo.alpha, gamma=algo.gamma)
     if algo.whiten_adv and (reduce is not None or batch.mask.sum() > 1):   # one token alone cannot be whitened
@@ -209,7 +240,7 @@ CRITIC_ESTIMATORS = ("gae",)  # the estimators that read `batch.values` (the run
 def loss_clip(algo:Algo,
               logp:torch.Tensor,  # (b, T) log-probs under the policy being trained
               old_logp:torch.Tensor,  # (b, T) log-probs under the policy that sampled
-              ref_logp:torch.Tensor|None,  # (b, T) log-probs under the reference (None when beta == 0)
+              ref_logp:torch.Tensor|None,  # (b, T) log-probs under the reference (None: no KL term, as with beta == 0 or the KL in the reward)
               adv:torch.Tensor,  # (b,) or (b, T) advantages
               mask:torch.Tensor,  # (b, T) loss mask
               max_tokens:int,  # L_max of `seq-mean-token-sum-norm`
@@ -217,7 +248,7 @@ def loss_clip(algo:Algo,
               reduce=None,  # sums a tensor over data-parallel processes (batch statistics of KL-Cov); None: one process
              ) -> tuple[torch.Tensor, dict]:
     "PPO's clipped surrogate (decoupled clip, optional dual clip) plus beta times the KL to the reference: `rl_notes.grpo.grpo_loss`."
-    return grpo_loss(logp, old_logp, ref_logp, adv, mask, eps_low=algo.eps_low, eps_high=algo.eps_high, beta=algo.beta, kl=algo.kl,
+    return grpo_loss(logp, old_logp, ref_logp, adv, mask, eps_low=algo.eps_low, eps_high=algo.eps_high, beta=algo.beta if ref_logp is not None else 0.0, kl=algo.kl,
                      agg=algo.agg, max_tokens=max_tokens, global_tokens=global_tokens, dual_clip=algo.dual_clip)
 
 def loss_nll(algo:Algo, logp, old_logp, ref_logp, adv, mask, max_tokens:int, global_tokens:float|None, reduce=None):
@@ -261,6 +292,17 @@ def mod_tis(algo:Algo, t:Tokens):
     level, mode = algo.tis.split("_")
     return "adv", tis_weights(t.old_logp, t.rollout_logp, t.mask, level=level, mode=mode, c_max=algo.tis_c_max, c_min=algo.tis_c_min)
 
+def mod_rs(algo:Algo, t:Tokens):
+    "Rejection (`rs`): weight 0 on the tokens, or whole responses, whose ratio pi_old / mu leaves [rs_low, rs_high]; the rest unweighted."
+    if algo.rs is None: return None
+    return "adv", rejection_mask(t.old_logp, t.rollout_logp, t.mask, level=algo.rs, low=algo.rs_low, high=algo.rs_high).to(t.old_logp.dtype)
+
+def mod_opsm(algo:Algo, t:Tokens):
+    "DeepSeek-V3.2's off-policy sequence mask (`opsm_delta`): weight 0 on responses with a negative advantage and a mean gap above delta."
+    if algo.opsm_delta is None: return None
+    a = t.adv if t.adv.dim() == 1 else masked_mean(t.adv, t.mask.bool(), dim=-1)   # (b,): a response's (mean) advantage
+    return "adv", opsm_mask(t.old_logp, t.rollout_logp, a, t.mask, delta=algo.opsm_delta).to(t.old_logp.dtype)
+
 def mod_entropy(algo:Algo, t:Tokens):
     "The 80/20 rule (`top_entropy_quantile` < 1): the tokens in the top share by entropy, over all processes, keep their gradient."
     if algo.top_entropy_quantile >= 1: return None
@@ -274,7 +316,7 @@ def mod_clip_cov(algo:Algo, t:Tokens):
 
 # name -> fn(algo, tokens) -> None (off), ("adv", (b, T) weights of the advantages) or ("keep", (b, T) bool: the tokens that keep
 # their gradient); applied in this order, each seeing the advantages the earlier ones left
-TOKEN_MODIFIERS = {"tis": mod_tis, "entropy_mask": mod_entropy, "clip_cov": mod_clip_cov}
+TOKEN_MODIFIERS = {"tis": mod_tis, "rs": mod_rs, "opsm": mod_opsm, "entropy_mask": mod_entropy, "clip_cov": mod_clip_cov}
 
 def modify_tokens(algo:Algo, t:Tokens) -> tuple[torch.Tensor, torch.Tensor|None]:
     "The advantages after every modifier of `TOKEN_MODIFIERS` that `algo` turns on, and the (b, T) tokens that keep their gradient (None: all)."
@@ -331,6 +373,9 @@ class TrainConfig:
     group_size: int = _f(8, ge=1)  # responses per prompt (G)
     max_new_tokens: int = _f(16, ge=1)  # response budget; longer responses are truncated
     temperature: float = _f(1.0, gt=0)  # sampling temperature (also used in the training log-probs)
+    sampler_dtype: str|None = _f(None, choices=("bfloat16", "float16"))  # sample with a copy of the policy in this dtype (an inference engine's precision); None: the policy itself
+    sampler_lag: int = _f(0, ge=0)  # sample with the policy's weights of this many RL steps ago (an asynchronous pipeline); 0: the current ones
+    sampler_temperature: float|None = _f(None, gt=0)  # sample at this temperature while the learner's log-probs use `temperature` (a setting the learner does not know); None: the same
     lr: float = _f(5e-4, ge=0)  # policy AdamW learning rate
     critic_lr: float = _f(1e-3, ge=0)  # critic AdamW learning rate
     critic_init: str|None = None  # critic start: None = policy trunk + fresh head; a path = a reward-model checkpoint (sequence classification, one label) whose trunk and score head start the critic (VAPO's setting)
@@ -380,6 +425,13 @@ class TrainConfig:
             raise ValueError("TrainConfig.dtype='float16' trains every weight in float16, where AdamW's epsilon (1e-8) underflows to 0 and "
                              "weights with tiny gradients become NaN; use dtype='bfloat16' (--dtype bfloat16) or LoRA (--lora-r R)")
         if self.micro_batch_size and a.loss == "kl_cov": raise ValueError("TrainConfig.micro_batch_size: the kl_cov loss picks its tokens over the whole minibatch and cannot be split; leave it None")
+        if (self.sampler_dtype or self.sampler_lag) and self.lora_r:
+            raise ValueError("TrainConfig.sampler_dtype / sampler_lag copy the policy's full weights; they do not work with LoRA (lora_r > 0)")
+        if a.ref_reset_every and self.lora_r:
+            raise ValueError("Algo.ref_reset_every moves the reference's weights; under LoRA the reference is the base model itself, so it cannot move")
+        if a.kl_target is not None and 0.2 * self.n_prompts * self.group_size / a.kl_horizon >= 1:
+            raise ValueError(f"Algo.kl_horizon ({a.kl_horizon:g}) must exceed 0.2 x the responses per step ({self.n_prompts * self.group_size}), "
+                             "or one step of the adaptive rule could make beta <= 0")
         if self.resume and self.overwrite: raise ValueError("TrainConfig.resume and overwrite exclude each other: continue the previous run, or replace it")
         if self.reward_weights is not None and len(self.reward_weights) != len(self.reward or []):
             raise ValueError(f"TrainConfig.reward_weights has {len(self.reward_weights)} weights for {len(self.reward or [])} reward functions")
@@ -481,6 +533,9 @@ class Run:
     rewards: RewardSet|None = None  # scores the responses: the task's verifier or the configured reward functions
     reporter: object = None  # `Reporter` of the main process (TensorBoard / trackio), or None
     content: dict = field(default_factory=dict)  # content sha256 of what the run reads (`content_fingerprints`), kept in each checkpoint
+    sampler: torch.nn.Module|None = None  # the policy's copy that samples when it differs from the learner (`TrainConfig.sampler_dtype`, `sampler_lag`)
+    lagged: list = field(default_factory=list)  # the policy's weights of the last sampler_lag + 1 versions, oldest first
+    kl_ctl: AdaptiveKLController|None = None  # the adaptive KL coefficient (`Algo.kl_target`)
 
     def __post_init__(self):
         acc = self.acc
@@ -491,6 +546,10 @@ class Run:
         self.ckpt, self.log = str(self.dir.ckpt), self.dir.metrics
     @property
     def gen_model(self): return self.acc.unwrap_model(self.policy)
+    @property
+    def loss_algo(self) -> Algo:
+        "The algorithm the loss reads: beta as the adaptive rule has set it this step."
+        return self.algo if self.kl_ctl is None else dataclasses.replace(self.algo, beta=self.kl_ctl.beta)
     def close(self):
         "Close the reporter and release the run directory's lock."
         if self.reporter is not None: self.reporter.close(); self.reporter = None
@@ -695,13 +754,81 @@ def _open_dir(run:Run):
     rows = []
     if cfg.resume and run.dir.ckpt.is_dir():
         check_content(run, run.dir.state())                            # the files it reads compared by content, not by spelling
-        st, rows = run.dir.resume(cfg, run.acc, run.policy, run.opt, run.critic, run.copt, ignore=RUN_CONTROL + PATH_FIELDS)
+        st, rows = run.dir.resume(cfg, run.acc, run.policy, run.opt, run.critic, run.copt, ignore=RUN_CONTROL + PATH_FIELDS,
+                                  tensors=_ckpt_tensor_names(run, run.dir.state()))
+        _restore_extras(run, st)
         run.start = run.saved = st["step"]
     if run.main:
         run.dir.begin(rows, config=cfg.to_dict())                      # atomic: a kill leaves the old files or the new ones
         if cfg.report_to != "none": run.reporter = Reporter(cfg.report_to, cfg.out_dir, cfg.to_dict())
     run.rows = rows
     run.acc.wait_for_everyone()
+
+# %% ../nbs/14_trainer.ipynb #4623c947
+# the fields of the sampler/learner gap and of the KL's placement. A run that leaves them all at their defaults computes
+# what it computed before they existed, so `rl_notes.lab.lab_key` leaves them out of its key then
+OFFPOLICY_FIELDS = {"TrainConfig": ("sampler_dtype", "sampler_lag", "sampler_temperature"),
+                    "Algo": ("rs", "rs_low", "rs_high", "opsm_delta", "clip_anchor", "kl_in_reward", "kl_target", "kl_horizon",
+                             "ref_reset_every", "ref_mixup_alpha")}
+
+def offpolicy_settings(cfg:TrainConfig) -> dict:
+    "The `OFFPOLICY_FIELDS` that `cfg` sets to values other than their defaults; the algorithm's as 'algo.<field>'."
+    c0, a0 = {f.name: f.default for f in dataclasses.fields(TrainConfig)}, Algo()
+    out = {k: getattr(cfg, k) for k in OFFPOLICY_FIELDS["TrainConfig"] if getattr(cfg, k) != c0[k]}
+    return {**out, **{f"algo.{k}": getattr(cfg.algo, k) for k in OFFPOLICY_FIELDS["Algo"] if getattr(cfg.algo, k) != getattr(a0, k)}}
+
+def sampler_differs(cfg:TrainConfig) -> bool:
+    "Does the policy that samples differ from the one that learns (`sampler_dtype`, `sampler_lag`, `sampler_temperature`)?"
+    return bool(cfg.sampler_dtype or cfg.sampler_lag or (cfg.sampler_temperature is not None and cfg.sampler_temperature != cfg.temperature))
+
+def _state(m) -> dict:
+    "A detached copy of a model's weights (tied weights copied apart, so safetensors can write them)."
+    return {k: v.detach().clone() for k, v in m.state_dict().items()}
+
+def _offpolicy_setup(run:Run):
+    "The sampler's copy of the policy and the lagged weights (`sampler_dtype`, `sampler_lag`), and the adaptive KL rule (`kl_target`)."
+    cfg, a = run.cfg, run.algo
+    if cfg.sampler_dtype or cfg.sampler_lag:
+        dt = getattr(torch, cfg.sampler_dtype) if cfg.sampler_dtype else None
+        run.sampler = copy.deepcopy(run.gen_model).eval().requires_grad_(False).to(dtype=dt)
+        if cfg.sampler_lag: run.lagged = [_state(run.gen_model)]
+    if a.kl_target is not None: run.kl_ctl = AdaptiveKLController(a.beta, a.kl_target, horizon=a.kl_horizon)
+
+def _sampler_model(run:Run):
+    "The model that samples this step: the policy itself, or its copy loaded with the weights of sampler_lag steps ago, in sampler_dtype."
+    if run.sampler is None: return run.gen_model
+    run.sampler.load_state_dict(run.lagged[0] if run.cfg.sampler_lag else run.gen_model.state_dict())   # copy_ casts to its dtype
+    return run.sampler
+
+def _after_update(run:Run, step:int, mt:Meter):
+    "Keep the new weights for the lagged sampler; move the reference when a reset is due."
+    cfg, a = run.cfg, run.algo
+    if cfg.sampler_lag: run.lagged = (run.lagged + [_state(run.gen_model)])[-(cfg.sampler_lag + 1):]
+    if a.ref_reset_every and ref_reset_due(step, a.ref_reset_every):
+        reset_reference(run.gen_model, run.ref, alpha=a.ref_mixup_alpha)
+        mt.add("ref_reset", 1.0, 1)
+
+def _ckpt_extras(run:Run) -> dict:
+    "What a checkpoint keeps besides the models: the content hashes; the adaptive beta, the moved reference, the lagged weights."
+    extra, tensors = {"content": run.content}, {}
+    if run.kl_ctl is not None: extra["kl_beta"] = run.kl_ctl.beta
+    if run.algo.ref_reset_every: tensors["ref"] = _state(run.ref)
+    for k, sd in enumerate(run.lagged): tensors[f"sampler_lag{k}"] = sd
+    if run.lagged: extra["sampler_lagged"] = len(run.lagged)
+    return dict(extra=extra, tensors=tensors or None)
+
+def _ckpt_tensor_names(run:Run, st:dict|None) -> tuple:
+    "The extra tensor files that `_ckpt_extras` wrote into the checkpoint whose state is `st`."
+    if st is None: return ()
+    return (("ref",) if run.algo.ref_reset_every else ()) + tuple(f"sampler_lag{k}" for k in range(st.get("extra", {}).get("sampler_lagged", 0)))
+
+def _restore_extras(run:Run, st:dict):
+    "Put back what `_ckpt_extras` kept."
+    ex, ts = st.get("extra", {}), st.get("tensors", {})
+    if run.kl_ctl is not None and "kl_beta" in ex: run.kl_ctl.beta = float(ex["kl_beta"])
+    if "ref" in ts: run.ref.load_state_dict(ts["ref"])
+    if run.cfg.sampler_lag and ex.get("sampler_lagged"): run.lagged = [ts[f"sampler_lag{k}"] for k in range(ex["sampler_lagged"])]
+
 
 # %% ../nbs/14_trainer.ipynb #dad13968
 def setup(cfg:TrainConfig,  # the run
@@ -724,6 +851,7 @@ def setup(cfg:TrainConfig,  # the run
     train_rows, test_rows, rewards = _data(cfg, task)
     preflight(cfg, train_rows, test_rows)                # what would fail later, found before any weights load
     run = Run(cfg, accelerator, task, train_rows, test_rows, rewards=rewards, content=content_fingerprints(cfg), **_models(cfg, accelerator))
+    _offpolicy_setup(run)
     render_prompts(run.tok, [train_rows[0]["prompt"]])   # chat messages and a tokenizer without a chat template: refused before any work
     try: _open_dir(run)
     except BaseException: run.close(); raise
@@ -787,8 +915,8 @@ def collect(run:Run, step:int, mt:Meter) -> Batch:
         idx = np.random.default_rng(_mix(cfg.seed, step, rnd)).choice(len(run.train_rows), cfg.n_prompts, replace=False)
         if cfg.shard_rollouts: idx = idx[run.rank * need:(run.rank + 1) * need]
         exs = [run.train_rows[i] for i in idx]
-        with _sampling(run): ro = generate(run.gen_model, run.tok, [e["prompt"] for e in exs], group_size=G, max_new_tokens=cfg.max_new_tokens,
-                      temperature=cfg.temperature, seed=_mix(cfg.seed, step, rnd, run.rank if cfg.shard_rollouts else 0))
+        with _sampling(run): ro = generate(_sampler_model(run), run.tok, [e["prompt"] for e in exs], group_size=G, max_new_tokens=cfg.max_new_tokens,
+                      temperature=cfg.sampler_temperature or cfg.temperature, seed=_mix(cfg.seed, step, rnd, run.rank if cfg.shard_rollouts else 0))
         t1 = time.time()
         sc = run.rewards.score(exs, ro.response_text, G)    # reward (B,), per function (B,) each, parsed (B,) or None; on the CPU
         reward, parsed = sc["reward"], sc["parsed"]
@@ -844,6 +972,12 @@ def advantages(run:Run, batch:Batch, mt:Meter) -> Batch:
     t0 = time.time()
     if run.critic is not None:
         with torch.no_grad(): batch.values = _values(run.critic, batch.ro)
+    if run.algo.kl_in_reward:   # PPO-RLHF: r_t = R 1[t = |y|] - beta k_t with the sampler's log-probs; group estimators see the sum
+        batch.ref_logp = _ref_logp(run, batch.ro)
+        batch.kl_reward = kl_shaped_rewards(torch.zeros_like(batch.score), batch.ro.old_logp, batch.ref_logp, batch.mask,
+                                            beta=run.loss_algo.beta, kind=run.algo.kl)
+        if run.critic is None: batch.score = batch.score + batch.kl_reward.sum(-1)
+        mt.add("kl_reward", batch.kl_reward.sum(-1).mean(), len(batch.score))
     # sharded rollouts: each process holds its own rows, so whitening sums over the processes; unsharded, each holds the whole batch
     batch.adv, batch.returns = ADVANTAGE_ESTIMATORS[run.algo.adv](run.algo, batch, run.reduce if run.cfg.shard_rollouts else None)
     batch = _own_rows(run, batch)
@@ -862,14 +996,21 @@ def _set_lr(run:Run, step:int, mt:Meter):
             for pg in o.param_groups: pg["lr"] = lr * warm
     mt.add("lr", cfg.lr * warm, 1)
 
-def _old_ref_logp(run:Run, batch:Batch, mt:Meter):
-    "Log-probs (B, T) before the update (needed only with several optimizer steps per batch) and under the reference (beta > 0)."
-    t0, multi = time.time(), run.cfg.ppo_epochs * run.cfg.n_minibatches > 1
+def _ref_logp(run:Run, ro:Rollout) -> torch.Tensor|None:
+    "Log-probs (B, T) of the responses under the reference (None when beta == 0); under LoRA the base weights with the adapters off."
     with torch.no_grad():
-        old = response_logprobs(run.policy, batch.ro, run.cfg.temperature) if multi else None
-        ref = response_logprobs(run.ref, batch.ro, run.cfg.temperature) if run.ref is not None else None
-        if run.cfg.lora_r and run.algo.beta > 0:   # the reference: the base weights, adapters off
-            with run.gen_model.disable_adapter(): ref = response_logprobs(run.policy, batch.ro, run.cfg.temperature)
+        if run.cfg.lora_r and run.algo.beta > 0:
+            with run.gen_model.disable_adapter(): return response_logprobs(run.policy, ro, run.cfg.temperature)
+        return response_logprobs(run.ref, ro, run.cfg.temperature) if run.ref is not None else None
+
+def _old_ref_logp(run:Run, batch:Batch, mt:Meter):
+    "Log-probs (B, T) before the update (needed with several optimizer steps per batch, or a sampler that is not the learner) and under the reference (beta > 0)."
+    cfg = run.cfg
+    t0, multi = time.time(), cfg.ppo_epochs * cfg.n_minibatches > 1 or sampler_differs(cfg)
+    if run.algo.clip_anchor == "sampler": old = batch.ro.old_logp                 # coupled PPO: the ratio is pi / mu
+    else:
+        with torch.no_grad(): old = response_logprobs(run.policy, batch.ro, cfg.temperature) if multi else None
+    ref = batch.ref_logp if batch.ref_logp is not None else _ref_logp(run, batch.ro)
     mt.add("time_old_ref", time.time() - t0, 1)
     return old, ref
 
@@ -912,7 +1053,7 @@ def _dp_global(run:Run, loss:torch.Tensor, global_mean:bool=True) -> torch.Tenso
 
 def _policy_step(run:Run, step:int, mb:Batch, old_logp, ref_logp, n_tok:float, n_pos:float, mt:Meter):
     "One policy update on minibatch `mb`: the per-token modifiers, the algorithm's loss (`POLICY_LOSSES`), plus VAPO's LM loss on correct responses."
-    cfg, algo, m = run.cfg, run.algo, mb.loss_mask
+    cfg, algo, m = run.cfg, run.loss_algo, mb.loss_mask
     if cfg.micro_batch_size and cfg.micro_batch_size < len(mb.ro): return _policy_step_micro(run, step, mb, old_logp, ref_logp, n_tok, n_pos, mt)
     logp, ent = response_logprobs(run.policy, mb.ro, cfg.temperature, with_entropy=True)          # (b, T), (b, T)
     old = logp.detach() if old_logp is None else old_logp
@@ -961,7 +1102,7 @@ def _minibatch_tokens(run:Run, mb:Batch, parts:list):
 
 def _policy_step_micro(run:Run, step:int, mb:Batch, old_logp, ref_logp, n_tok:float, n_pos:float, mt:Meter):
     "`_policy_step` over micro-batches of `micro_batch_size` rows: each one's share of the loss back-propagated, then one optimizer step."
-    cfg, algo, B = run.cfg, run.algo, len(mb.ro)
+    cfg, algo, B = run.cfg, run.loss_algo, len(mb.ro)
     parts = [slice(s, min(s + cfg.micro_batch_size, B)) for s in range(0, B, cfg.micro_batch_size)]
     tm = algo.agg == "token-mean"
     pre = _minibatch_tokens(run, mb, parts)
@@ -1006,16 +1147,26 @@ def update(run:Run, step:int, batch:Batch, mt:Meter):
     "`ppo_epochs` passes of `n_minibatches` optimizer steps over the batch: the policy's loss and (with a critic) the value loss."
     _set_lr(run, step, mt)
     old_logp, ref_logp = _old_ref_logp(run, batch, mt)
+    if sampler_differs(run.cfg) and run.algo.clip_anchor == "learner":   # the gap as the learner sees it, before any update
+        for k, v in mismatch_metrics(old_logp, batch.ro.old_logp, batch.mask).items(): mt.add(f"mismatch/{k}", v, 1)
+    loss_ref = None if run.algo.kl_in_reward else ref_logp                  # the KL is in the reward, or in the loss
     t0, pooled = time.time(), dict(values=[], returns=[], masks=[])
     for idx, n_tok, n_pos in _minibatches(run, step, batch):
         mb = batch.rows(idx)
-        _policy_step(run, step, mb, None if old_logp is None else old_logp[idx], None if ref_logp is None else ref_logp[idx],
+        _policy_step(run, step, mb, None if old_logp is None else old_logp[idx], None if loss_ref is None else loss_ref[idx],
                      n_tok, n_pos, mt)
         if run.critic is not None:
             values, vgn = _critic_step(run, step, mb, mb.loss_mask, n_tok, mt)
             mt.add("value_grad_norm", vgn, 1)
             pooled["values"].append(values); pooled["returns"].append(mb.returns); pooled["masks"].append(mb.loss_mask)
     if run.critic is not None: mt.put("explained_var", _explained_var(run, **pooled))
+    if run.kl_ctl is not None:   # the adaptive rule, on the samples' mean per-token k1 to the reference (over all processes)
+        s = torch.stack([((batch.ro.old_logp - ref_logp) * batch.mask).sum(), batch.mask.sum()]).double()
+        if run.reduce is not None: s = run.reduce(s)
+        kl = float(s[0] / s[1].clamp(min=1))
+        mt.add("kl_beta", run.kl_ctl.beta, 1); mt.add("kl_sample", kl, 1)
+        run.kl_ctl.update(kl, run.cfg.n_prompts * run.cfg.group_size)
+    _after_update(run, step, mt)
     mt.add("time_update", time.time() - t0, 1)
 
 # %% ../nbs/14_trainer.ipynb #b181f79f
@@ -1145,7 +1296,7 @@ def checkpoint(run:Run, step:int):
     models = [m for m in (run.policy, run.critic) if m is not None]
     if not all(bool(torch.isfinite(p).all()) for m in models for p in m.parameters()):
         raise TrainingDiverged(f"training diverged at step {step}: the weights are not finite; not saved, {_kept(run)}")
-    run.dir.save(step, cfg, run.acc, run.policy, run.opt, run.critic, run.copt, extra={"content": run.content})
+    run.dir.save(step, cfg, run.acc, run.policy, run.opt, run.critic, run.copt, **_ckpt_extras(run))
     export_model(run, step)   # out_dir/model: what one loads with from_pretrained
     run.saved = step
 
@@ -1181,7 +1332,7 @@ def _stop(run:Run, step:int):
     if run.saved != step:
         models = [m for m in (run.policy, run.critic) if m is not None]
         if all(bool(torch.isfinite(p).all()) for m in models for p in m.parameters()):
-            run.dir.save(step, run.cfg, run.acc, run.policy, run.opt, run.critic, run.copt, extra={"content": run.content}); run.saved = step
+            run.dir.save(step, run.cfg, run.acc, run.policy, run.opt, run.critic, run.copt, **_ckpt_extras(run)); run.saved = step
     raise KeyboardInterrupt(f"stopped by Ctrl-C after step {step}")
 
 # %% ../nbs/14_trainer.ipynb #659114af

@@ -3,7 +3,8 @@ import dataclasses, json, subprocess, sys
 import pytest, torch
 from rl_notes import trainer, fingerprint as fpm
 from rl_notes.fingerprint import (fingerprint, rows_key, behaviour_key, fingerprint_memo, coverage, inert, micro_model, RL_RUNS,
-                                  NOT_BEHAVIOUR, KINDS)
+                                  NOT_BEHAVIOUR, KINDS, OFFPOLICY_RUNS, rl_config_kw)
+from rl_notes.trainer import offpolicy_settings
 from rl_notes.trainer import Algo, TrainConfig, PRESETS, RUN_CONTROL
 
 RUNS = ["grpo", "ppo"]  # the subset the tests compute: a group estimator with the clipped loss, and GAE with a critic
@@ -86,7 +87,10 @@ def test_coverage_reports_every_gap_with_a_reason():
     runs = {k: (t, AlgoPlus(**dataclasses.asdict(a)), kw) for k, (t, a, kw) in RL_RUNS.items()}
     assert coverage(runs, algo_cls=AlgoPlus)["uncovered"]["Algo.new_flag"] == "no micro run sets it"
     # and a preset without a micro run
-    assert coverage({k: v for k, v in RL_RUNS.items() if k != "gspo"})["presets_missing"] == ["gspo"]
+    assert coverage({k: v for k, v in {**RL_RUNS, **OFFPOLICY_RUNS}.items() if k != "gspo"})["presets_missing"] == ["gspo"]
+    # the off-policy fields are exercised by their own kind's runs only, so the rl kind's key did not change when they came
+    assert not any(offpolicy_settings(rl_config_kw(n)) for n in RL_RUNS) 
+    assert [n for n in OFFPOLICY_RUNS if not offpolicy_settings(rl_config_kw(n))] == ["grpo_tis"]   # grpo + tis, a field the rl runs exercise
 
 
 def test_inert_and_bad_input():
@@ -94,7 +98,7 @@ def test_inert_and_bad_input():
     with pytest.raises(ValueError, match="`kind` must be one of"): fingerprint("nope")
     with pytest.raises(ValueError, match=r"no rl micro run\(s\) \['nope'\]"): fingerprint("rl", ["nope"])
     with pytest.raises(ValueError, match="`kinds`: give at least one"): behaviour_key()
-    assert set(KINDS) == {"rl", "sft", "eval"}
+    assert set(KINDS) == {"rl", "offpolicy", "sft", "eval"}
 
 
 def test_sft_and_eval_kinds(micro):

@@ -9,7 +9,7 @@ below with the file and lines they come from.
 verl is not installed: its formulas are restated from the files named at each helper (volcengine/verl, at the commit
 given), read there, and written here as they state them.
 """
-import math
+import json, math
 
 import pytest
 import torch
@@ -289,3 +289,34 @@ def test_ref_reset_schedule_and_errors():
     with pytest.raises(ValueError, match="`step` must be an int >= 0"): ref_reset_due(-1, 5)
     with pytest.raises(ValueError, match="differ in the shape"):
         reset_reference(nn.Linear(3, 2), nn.Linear(2, 2))
+
+
+# ---- the trainer's off-policy fields, end to end through the command line
+
+def _rows(d):
+    return [json.loads(l) for l in (d / "metrics.jsonl").read_text().splitlines()]
+
+def test_cli_sampler_corrections_and_kl_placement(micro_sft, tmp_path, capsys):
+    "A stale bf16 sampler corrected with TRL's option names; PPO-RLHF with the adaptive KL and reference resets; bad input is one line."
+    from rl_notes.cli import main
+    base = ["train", "--model", micro_sft, "--task-arg", "max_digits=2", "--task-arg", "scratchpad=false", "--n-prompts", "2",
+            "--group-size", "4", "--max-new-tokens", "3", "--n-eval", "4", "--n-train", "200", "--quiet", "--threads", "1", "--steps", "3"]
+    assert main(base + ["--algo", "grpo", "--sampler-lag", "1", "--sampler-dtype", "bfloat16", "--vllm-importance-sampling-mode",
+                        "token_truncate", "--vllm-importance-sampling-clip-max", "3.0", "--off-policy-mask-threshold", "0.5",
+                        "--out", str(tmp_path / "stale")]) == 0
+    cfg = json.loads((tmp_path / "stale" / "config.json").read_text())
+    assert (cfg["sampler_lag"], cfg["sampler_dtype"], cfg["algo"]["tis"], cfg["algo"]["tis_c_max"], cfg["algo"]["opsm_delta"]) == \
+           (1, "bfloat16", "token_truncate", 3.0, 0.5)
+    steps = [r for r in _rows(tmp_path / "stale") if r["step"] > 0]
+    assert len(steps) == 3 and all(r["mismatch/logp_diff_mean"] > 0 and 0 < r["mismatch/ess_token"] <= 1 for r in steps)
+    assert main(base + ["--algo", "ppo_rlhf", "--set", "kl_target=0.01", "--set", "kl_horizon=100", "--ref-model-sync-steps", "2",
+                        "--out", str(tmp_path / "rlhf")]) == 0
+    steps = [r for r in _rows(tmp_path / "rlhf") if r["step"] > 0]
+    assert [r["step"] for r in steps if r.get("ref_reset")] == [2] and steps[0]["kl_beta"] == 0.05 and steps[1]["kl_beta"] != 0.05
+    capsys.readouterr()
+    for args, msg in ((["--algo", "dr_grpo", "--set", "kl_in_reward=true"], "Algo.kl_in_reward acts on the KL term, which beta=0 turns off"),
+                      (["--sampler-lag", "-1"], "TrainConfig.sampler_lag must be an int >= 0, got -1"),
+                      (["--set", "rs=tokens"], "Algo.rs must be one of 'token', 'sequence', 'geometric' or None, got 'tokens'")):
+        assert main(base + args + ["--out", str(tmp_path / "bad")]) == 2
+        err = [l for l in capsys.readouterr().err.splitlines() if l.strip()]
+        assert len(err) == 1 and msg in err[0], err
