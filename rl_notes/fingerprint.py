@@ -8,7 +8,7 @@ import json, re, time, hashlib, platform, tempfile, contextlib, dataclasses, imp
 from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
-from .trainer import Algo, TrainConfig, PRESETS, RUN_CONTROL, OFFPOLICY_FIELDS, get_algo, train, offpolicy_settings
+from .trainer import Algo, TrainConfig, PRESETS, RUN_CONTROL, get_algo, train
 from .sft import SFTConfig, sft_train
 from .models import load_model, _quiet_hf
 from .rollout import sample_eval
