@@ -29,9 +29,9 @@ def _lab_key(cfg:TrainConfig, code:str) -> str:
     "The hash of every field of `cfg` that changes what is computed (not `RUN_CONTROL`), of the user files' content, and of `code`."
     d, off = cfg.to_dict(), offpolicy_settings(cfg)
     # `critic_init` and the off-policy fields only when set, so adding those fields did not change the key of runs without them
-    late = lambda k, v, where: k in OFFPOLICY_FIELDS[where] and (f"algo.{k}" if where == "Algo" else k) not in off
-    ident = {k: v for k, v in d.items() if k not in RUN_CONTROL and not (k == "critic_init" and v is None) and not late(k, v, "TrainConfig")}
-    ident["algo"] = {k: v for k, v in ident["algo"].items() if not late(k, v, "Algo")}
+    late = lambda k, where: k in OFFPOLICY_FIELDS[where] and (f"algo.{k}" if where == "Algo" else k) not in off
+    ident = {k: v for k, v in d.items() if k not in RUN_CONTROL and not (k == "critic_init" and v is None) and not late(k, "TrainConfig")}
+    ident["algo"] = {k: v for k, v in ident["algo"].items() if not late(k, "Algo")}
     if (user := content_fingerprints(cfg, model=False)): ident["content"] = user   # a dataset's or reward file's content; none for built-in tasks
     return hashlib.sha256(json.dumps([ident, {"code": code}], sort_keys=True, default=str).encode()).hexdigest()[:16]
 

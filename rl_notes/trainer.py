@@ -115,7 +115,6 @@ class Algo:
         if fix and self.clip_anchor == "sampler":
             raise ValueError(f"Algo.clip_anchor='sampler' makes pi_old the sampler's mu, so Algo.{fix[0]} would weigh every token by 1; "
                              "use clip_anchor='learner' with it")
-        if self.opsm_delta is not None and not math.isfinite(self.opsm_delta): raise ValueError(f"Algo.opsm_delta must be finite, got {self.opsm_delta}")
     @property
     def uses_critic(self) -> bool: return self.adv in CRITIC_ESTIMATORS
 
