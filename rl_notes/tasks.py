@@ -126,6 +126,7 @@ class Addition(Task):
                  scratchpad:bool=True,  # write column sums and carries before the answer
                  scratchpad_share:float=1.0,  # share of prompts whose demonstration uses the scratchpad; the rest show the bare sum (response length is then the policy's choice)
                  checks:int=0,  # most `=` of a content-free tail `(==...=)` after the answer; each demonstration draws 0..checks (0: no tail)
+                 guess:float|None=None,  # answer first: the response opens with a guessed sum and `:`, the scratchpad then checks it, and the verifier reads the guess; the value is the share of demonstrations whose guess is wrong (None: no guess)
                 ):
         if not (_is_int(min_digits) and _is_int(max_digits) and 1 <= min_digits <= max_digits <= 18):
             raise ValueError(f"need integers 1 <= `min_digits` <= `max_digits` <= 18, got min_digits={min_digits!r}, "
@@ -138,11 +139,18 @@ class Addition(Task):
         self.scratchpad_share = float(scratchpad_share)
         if not (_is_int(checks) and 0 <= checks <= 200): raise ValueError(f"`checks` must be an int in [0, 200], got {checks!r}")
         self.checks = checks
+        if guess is not None:
+            if not (isinstance(guess, (int, float)) and not isinstance(guess, bool) and 0 <= guess < 1):
+                raise ValueError(f"`guess` must be None or a number in [0, 1), got {guess!r}")
+            if not scratchpad or scratchpad_share < 1: raise ValueError("`guess` needs scratchpad=True and scratchpad_share=1 (the scratchpad is the check)")
+            guess = float(guess)
+        self.guess = guess
 
     def config(self) -> dict:
         c = super().config()
         if c["scratchpad_share"] == 1.0: del c["scratchpad_share"]   # the default: configs (and cache keys) stay as before the option
         if c["checks"] == 0: del c["checks"]
+        if c["guess"] is None: del c["guess"]
         return c
 
     def _operand(self, rng):
@@ -154,8 +162,17 @@ class Addition(Task):
         return {"prompt": f"{a}+{b}=", "answer": str(a + b), "a": a, "b": b, "n_digits": max(len(str(a)), len(str(b)))}
 
     def demonstration(self, example:dict) -> str:
-        "The SFT target: the column-by-column scratchpad (if enabled), then `:` and the sum, then the tail (if `checks`)."
-        return self._body(example) + self._tail(example)
+        "The SFT target: the guess and `:` (if `guess`), the column-by-column scratchpad (if enabled), then `:` and the sum, then the tail (if `checks`)."
+        return self._guess(example) + self._body(example) + self._tail(example)
+
+    def _guess(self, example:dict) -> str:
+        "The sum, or with probability `guess` the sum off by 1 or 10 (never negative), fixed by stable hashes of the prompt; then `:`."
+        if self.guess is None: return ""
+        a, b = int(example["a"]), int(example["b"])
+        key = example.get("prompt", f"{a}+{b}=")
+        if _unit("guess/" + key) >= self.guess: return f"{a + b}:"
+        d = (-10, -1, 1, 10)[int(_unit("guess-offset/" + key) * 4)]
+        return f"{a + b + d if a + b + d >= 0 else a + b - d}:"
 
     def _tail(self, example:dict) -> str:
         "`(` + k `=` + `)` with k uniform in 0..checks, fixed by a stable hash of the prompt; k = 0: no tail."
@@ -184,12 +201,16 @@ class Addition(Task):
 
     def _verify(self, example, response):
         if self.checks and re.search(r"\(=+\)$", response): response = response[:response.rindex("(")]   # a closed tail is ignored
+        if self.guess is not None:   # the guess is the answer; the check after it must be complete (a cut response is unparsed)
+            m = re.fullmatch(r"(\d+):[^:]*:\d+", response)
+            return (float(int(m.group(1)) == int(example["answer"])), True) if m else (0.0, False)
         ans = response.rsplit(":", 1)[-1] if self.scratchpad else response
         if not re.fullmatch(r"\d+", ans): return 0.0, False
         return float(int(ans) == int(example["answer"])), True
 
     def max_response_chars(self):
         tail = self.checks + 2 if self.checks else 0
+        if self.guess is not None: tail += self.max_digits + 2   # the guess (at most max_digits + 1 digits) and `:`
         if not self.scratchpad: return self.max_digits + 1 + tail
         # per column at most "9+9+1=19" (8 chars) plus a comma; then ":" and max_digits+1 answer digits
         return 9 * self.max_digits - 1 + 1 + self.max_digits + 1 + tail
