@@ -127,6 +127,7 @@ class Addition(Task):
                  scratchpad_share:float=1.0,  # share of prompts whose demonstration uses the scratchpad; the rest show the bare sum (response length is then the policy's choice)
                  checks:int=0,  # most `=` of a content-free tail `(==...=)` after the answer; each demonstration draws 0..checks (0: no tail)
                  guess:float|None=None,  # answer first: the response opens with a guessed sum and `:`, the scratchpad then checks it, and the verifier reads the guess; the value is the share of demonstrations whose guess is wrong (None: no guess)
+                 check_mark:bool=False,  # with `guess`: the check ends with `+` when its sum equals the guess, `-` when not (the response's own verdict on its answer, before the tail)
                 ):
         if not (_is_int(min_digits) and _is_int(max_digits) and 1 <= min_digits <= max_digits <= 18):
             raise ValueError(f"need integers 1 <= `min_digits` <= `max_digits` <= 18, got min_digits={min_digits!r}, "
@@ -145,12 +146,16 @@ class Addition(Task):
             if not scratchpad or scratchpad_share < 1: raise ValueError("`guess` needs scratchpad=True and scratchpad_share=1 (the scratchpad is the check)")
             guess = float(guess)
         self.guess = guess
+        if not isinstance(check_mark, bool): raise ValueError(f"`check_mark` must be a bool, got {check_mark!r}")
+        if check_mark and guess is None: raise ValueError("`check_mark` needs `guess` (it marks whether the check agrees with the guess)")
+        self.check_mark = check_mark
 
     def config(self) -> dict:
         c = super().config()
         if c["scratchpad_share"] == 1.0: del c["scratchpad_share"]   # the default: configs (and cache keys) stay as before the option
         if c["checks"] == 0: del c["checks"]
         if c["guess"] is None: del c["guess"]
+        if not c["check_mark"]: del c["check_mark"]
         return c
 
     def _operand(self, rng):
@@ -163,7 +168,9 @@ class Addition(Task):
 
     def demonstration(self, example:dict) -> str:
         "The SFT target: the guess and `:` (if `guess`), the column-by-column scratchpad (if enabled), then `:` and the sum, then the tail (if `checks`)."
-        return self._guess(example) + self._body(example) + self._tail(example)
+        g = self._guess(example)
+        mark = ("+" if g[:-1] == str(int(example["a"]) + int(example["b"])) else "-") if self.check_mark else ""
+        return g + self._body(example) + mark + self._tail(example)
 
     def _guess(self, example:dict) -> str:
         "The sum, or with probability `guess` the sum off by 1 or 10 (never negative), fixed by stable hashes of the prompt; then `:`."
@@ -202,7 +209,7 @@ class Addition(Task):
     def _verify(self, example, response):
         if self.checks and re.search(r"\(=+\)$", response): response = response[:response.rindex("(")]   # a closed tail is ignored
         if self.guess is not None:   # the guess is the answer; the check after it must be complete (a cut response is unparsed)
-            m = re.fullmatch(r"(\d+):[^:]*:\d+", response)
+            m = re.fullmatch(r"(\d+):[^:]*:\d+" + (r"[+-]" if self.check_mark else ""), response)
             return (float(int(m.group(1)) == int(example["answer"])), True) if m else (0.0, False)
         ans = response.rsplit(":", 1)[-1] if self.scratchpad else response
         if not re.fullmatch(r"\d+", ans): return 0.0, False
@@ -210,7 +217,7 @@ class Addition(Task):
 
     def max_response_chars(self):
         tail = self.checks + 2 if self.checks else 0
-        if self.guess is not None: tail += self.max_digits + 2   # the guess (at most max_digits + 1 digits) and `:`
+        if self.guess is not None: tail += self.max_digits + 2 + self.check_mark   # the guess (at most max_digits + 1 digits), `:` and the mark
         if not self.scratchpad: return self.max_digits + 1 + tail
         # per column at most "9+9+1=19" (8 chars) plus a comma; then ":" and max_digits+1 answer digits
         return 9 * self.max_digits - 1 + 1 + self.max_digits + 1 + tail
