@@ -128,6 +128,7 @@ class Addition(Task):
                  checks:int=0,  # most `=` of a content-free tail `(==...=)` after the answer; each demonstration draws 0..checks (0: no tail)
                  guess:float|None=None,  # answer first: the response opens with a guessed sum and `:`, the scratchpad then checks it, and the verifier reads the guess; the value is the share of demonstrations whose guess is wrong (None: no guess)
                  check_mark:bool=False,  # with `guess`: the check ends with `+` when its sum equals the guess, `-` when not (the response's own verdict on its answer, before the tail)
+                 guess_units:bool=False,  # with `guess`: the answer is the units digit of the sum (one token, which the mark compares with the check's last digit)
                 ):
         if not (_is_int(min_digits) and _is_int(max_digits) and 1 <= min_digits <= max_digits <= 18):
             raise ValueError(f"need integers 1 <= `min_digits` <= `max_digits` <= 18, got min_digits={min_digits!r}, "
@@ -149,6 +150,9 @@ class Addition(Task):
         if not isinstance(check_mark, bool): raise ValueError(f"`check_mark` must be a bool, got {check_mark!r}")
         if check_mark and guess is None: raise ValueError("`check_mark` needs `guess` (it marks whether the check agrees with the guess)")
         self.check_mark = check_mark
+        if not isinstance(guess_units, bool): raise ValueError(f"`guess_units` must be a bool, got {guess_units!r}")
+        if guess_units and guess is None: raise ValueError("`guess_units` needs `guess` (it is the guess's form)")
+        self.guess_units = guess_units
 
     def config(self) -> dict:
         c = super().config()
@@ -156,6 +160,7 @@ class Addition(Task):
         if c["checks"] == 0: del c["checks"]
         if c["guess"] is None: del c["guess"]
         if not c["check_mark"]: del c["check_mark"]
+        if not c["guess_units"]: del c["guess_units"]
         return c
 
     def _operand(self, rng):
@@ -168,8 +173,8 @@ class Addition(Task):
 
     def demonstration(self, example:dict) -> str:
         "The SFT target: the guess and `:` (if `guess`), the column-by-column scratchpad (if enabled), then `:` and the sum, then the tail (if `checks`)."
-        g = self._guess(example)
-        mark = ("+" if g[:-1] == str(int(example["a"]) + int(example["b"])) else "-") if self.check_mark else ""
+        g, s = self._guess(example), str(int(example["a"]) + int(example["b"]))
+        mark = ("+" if g[:-1] == (s[-1] if self.guess_units else s) else "-") if self.check_mark else ""
         return g + self._body(example) + mark + self._tail(example)
 
     def _guess(self, example:dict) -> str:
@@ -177,6 +182,8 @@ class Addition(Task):
         if self.guess is None: return ""
         a, b = int(example["a"]), int(example["b"])
         key = example.get("prompt", f"{a}+{b}=")
+        if self.guess_units:   # a wrong units digit: one of the nine others, by a stable hash
+            return f"{(a + b + 1 + int(_unit('guess-offset/' + key) * 9)) % 10 if _unit('guess/' + key) < self.guess else (a + b) % 10}:"
         if _unit("guess/" + key) >= self.guess: return f"{a + b}:"
         d = (-10, -1, 1, 10)[int(_unit("guess-offset/" + key) * 4)]
         return f"{a + b + d if a + b + d >= 0 else a + b - d}:"
@@ -210,7 +217,8 @@ class Addition(Task):
         if self.checks and re.search(r"\(=+\)$", response): response = response[:response.rindex("(")]   # a closed tail is ignored
         if self.guess is not None:   # the guess is the answer; the check after it must be complete (a cut response is unparsed)
             m = re.fullmatch(r"(\d+):[^:]*:\d+" + (r"[+-]" if self.check_mark else ""), response)
-            return (float(int(m.group(1)) == int(example["answer"])), True) if m else (0.0, False)
+            if not m or (self.guess_units and len(m.group(1)) != 1): return 0.0, False
+            return float(int(m.group(1)) == int(str(example["answer"])[-1] if self.guess_units else example["answer"])), True
         ans = response.rsplit(":", 1)[-1] if self.scratchpad else response
         if not re.fullmatch(r"\d+", ans): return 0.0, False
         return float(int(ans) == int(example["answer"])), True
