@@ -178,7 +178,7 @@ class Addition(Task):
         return g + self._body(example) + mark + self._tail(example)
 
     def _guess(self, example:dict) -> str:
-        "The sum, or with probability `guess` the sum off by 1 or 10 (never negative), fixed by stable hashes of the prompt; then `:`."
+        "The sum (its units digit with `guess_units`), or with probability `guess` a wrong one (off by 1 or 10, never negative; another digit with `guess_units`), fixed by stable hashes of the prompt; then `:`."
         if self.guess is None: return ""
         a, b = int(example["a"]), int(example["b"])
         key = example.get("prompt", f"{a}+{b}=")
