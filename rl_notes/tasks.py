@@ -277,6 +277,7 @@ class Countdown(Task):
                  max_target:int=99,  # targets are in 0..max_target (others are re-drawn)
                  free_prefix:int=0,  # demonstrations start with this many digits and a `:` that the verifier ignores; 0: none
                  prefix_skew:float=0.5,  # each prefix digit d is drawn with probability proportional to prefix_skew ** d
+                 prefix_shift:bool=False,  # rotate that distribution by the target's last digit t: weight prefix_skew ** ((d - t) mod 10)
                 ):
         if not (_is_int(n_numbers) and 2 <= n_numbers <= 6):
             raise ValueError(f"`n_numbers` must be an int in 2..6, got {n_numbers!r}")
@@ -284,12 +285,15 @@ class Countdown(Task):
         if not (_is_int(max_target) and max_target >= 1): raise ValueError(f"`max_target` must be an int >= 1, got {max_target!r}")
         if not (_is_int(free_prefix) and 0 <= free_prefix <= 8): raise ValueError(f"`free_prefix` must be an int in 0..8, got {free_prefix!r}")
         if not 0 < prefix_skew <= 1: raise ValueError(f"`prefix_skew` must be in (0, 1], got {prefix_skew!r}")
+        if not isinstance(prefix_shift, bool): raise ValueError(f"`prefix_shift` must be a bool, got {prefix_shift!r}")
+        if prefix_shift and not free_prefix: raise ValueError(f"`prefix_shift` needs `free_prefix` >= 1 (a prefix to shift), got free_prefix={free_prefix!r}")
         self.n_numbers, self.max_number, self.max_target = n_numbers, max_number, max_target
-        self.free_prefix, self.prefix_skew = free_prefix, prefix_skew
+        self.free_prefix, self.prefix_skew, self.prefix_shift = free_prefix, prefix_skew, prefix_shift
 
     def config(self) -> dict:
         c = super().config()
         if c["free_prefix"] == 0: del c["free_prefix"], c["prefix_skew"]   # the default: configs (and cache keys) stay as before the option
+        if not c["prefix_shift"]: del c["prefix_shift"]
         return c
 
     def _sample(self, rng):
@@ -312,9 +316,10 @@ class Countdown(Task):
         return self._prefix(example) + example["solution"]
 
     def _prefix(self, example:dict) -> str:
-        "`free_prefix` digits and `:`, each digit from the skewed distribution, fixed by a stable hash of the prompt and the position."
+        "`free_prefix` digits and `:`, each digit from the skewed distribution (rotated by the target's last digit if `prefix_shift`), fixed by a stable hash of the prompt and the position."
         if not self.free_prefix: return ""
-        w = [self.prefix_skew ** d for d in range(10)]
+        t = int(example["target"]) % 10 if self.prefix_shift else 0
+        w = [self.prefix_skew ** ((d - t) % 10) for d in range(10)]
         cdf = [sum(w[:d + 1]) / sum(w) for d in range(10)]                    # P(digit <= d)
         key = example.get("prompt") or f"{','.join(map(str, example['numbers']))}:{example['target']}="
         return "".join(str(next(d for d, c in enumerate(cdf) if _unit(f"prefix/{i}/{key}") < c or d == 9)) for i in range(self.free_prefix)) + ":"
