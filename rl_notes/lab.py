@@ -46,13 +46,19 @@ def lab_key(cfg:TrainConfig) -> str:
 def lab_done(out:Path,
              cfg:TrainConfig|None=None,  # the run's config (its behaviour key: `lab_code`); None: a run that sets no off-policy field
             ) -> bool:
-    "Has the run in `out` finished with code that behaves as the current code does?"
+    "Has the run in `out` finished, with code that behaves as the current code does (and, given `cfg`, with its number of steps)?"
     done = RunDir(out).done()
-    return done is not None and done.get("code") == lab_code(cfg)
+    return done is not None and done.get("code") == lab_code(cfg) and (cfg is None or done.get("steps", cfg.steps) == cfg.steps)
 
 def _lab_prepare(cfg:TrainConfig, root:Path, force:bool) -> Path:
     "Set `cfg.out_dir` to its cache directory and write the job file there; returns the directory."
     out = root / lab_key(cfg); cfg.out_dir = str(out)
+    done = RunDir(out).done()
+    if not force and done is not None and done.get("code") == lab_code(cfg) and done.get("steps", cfg.steps) != cfg.steps:
+        # `steps` is run control (a stopped run resumes under its key), so runs that differ only in length share a directory
+        raise ValueError(f"lab_runs: {str(out)!r} holds a finished run of this config with {done['steps']} steps, and `cfg.steps` "
+                         f"is {cfg.steps}: runs that differ only in `steps` share a cache directory, so that run would be replaced. "
+                         "Give this length its own `root`, or pass force=True to replace it")
     if not lab_done(out, cfg) or force:
         out.mkdir(parents=True, exist_ok=True)
         d = {**cfg.to_dict(), "out_dir": str(out), "progress": False, "threads": 1, "resume": False}
