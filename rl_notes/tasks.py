@@ -266,6 +266,17 @@ def parse_expression(s:str  # e.g. "(3+5)*7"
     return v, nums
 
 # %% ../nbs/10_tasks.ipynb #7c3d8566
+def _random_expression(nums:list, rng) -> str:
+    "The numbers in a random order joined by random + - * (parentheses where precedence needs them)."
+    order = nums[:]; rng.shuffle(order)
+    expr, prec = str(order[0]), 2          # precedence of the expression built so far: 1 for +/-, 2 atom/product
+    for x in order[1:]:
+        op = rng.choice("+-*")
+        if op == "*" and prec == 1: expr = f"({expr})"
+        expr = f"{expr}{op}{x}"
+        prec = 2 if op == "*" else 1
+    return expr
+
 class Countdown(Task):
     "Reach a target with + - * using each of `n_numbers` given numbers exactly once."
     name = "countdown"
@@ -278,6 +289,7 @@ class Countdown(Task):
                  free_prefix:int=0,  # demonstrations start with this many digits and a `:` that the verifier ignores; 0: none
                  prefix_skew:float=0.5,  # each prefix digit d is drawn with probability proportional to prefix_skew ** d
                  prefix_shift:bool=False,  # rotate that distribution by the target's last digit t: weight prefix_skew ** ((d - t) mod 10)
+                 attempts:int=1,  # > 1: a response is expressions separated by `,` and closed by `=`, rewarded if any reaches the target
                 ):
         if not (_is_int(n_numbers) and 2 <= n_numbers <= 6):
             raise ValueError(f"`n_numbers` must be an int in 2..6, got {n_numbers!r}")
@@ -287,33 +299,41 @@ class Countdown(Task):
         if not 0 < prefix_skew <= 1: raise ValueError(f"`prefix_skew` must be in (0, 1], got {prefix_skew!r}")
         if not isinstance(prefix_shift, bool): raise ValueError(f"`prefix_shift` must be a bool, got {prefix_shift!r}")
         if prefix_shift and not free_prefix: raise ValueError(f"`prefix_shift` needs `free_prefix` >= 1 (a prefix to shift), got free_prefix={free_prefix!r}")
-        self.n_numbers, self.max_number, self.max_target = n_numbers, max_number, max_target
+        if not (_is_int(attempts) and 1 <= attempts <= 8): raise ValueError(f"`attempts` must be an int in 1..8, got {attempts!r}")
+        self.n_numbers, self.max_number, self.max_target, self.attempts = n_numbers, max_number, max_target, attempts
         self.free_prefix, self.prefix_skew, self.prefix_shift = free_prefix, prefix_skew, prefix_shift
 
     def config(self) -> dict:
         c = super().config()
         if c["free_prefix"] == 0: del c["free_prefix"], c["prefix_skew"]   # the default: configs (and cache keys) stay as before the option
         if not c["prefix_shift"]: del c["prefix_shift"]
+        if c["attempts"] == 1: del c["attempts"]
         return c
 
     def _sample(self, rng):
         while True:
             nums = [rng.randint(1, self.max_number) for _ in range(self.n_numbers)]
-            order = nums[:]; rng.shuffle(order)
-            expr, prec = str(order[0]), 2          # precedence of the expression built so far: 1 for +/-, 2 atom/product
-            for x in order[1:]:
-                op = rng.choice("+-*")
-                if op == "*" and prec == 1: expr = f"({expr})"
-                expr = f"{expr}{op}{x}"
-                prec = 2 if op == "*" else 1
+            expr = _random_expression(nums, rng)
             target = parse_expression(expr)[0]
             if 0 <= target <= self.max_target: break
         return {"prompt": f"{','.join(map(str, nums))}:{target}=", "answer": str(target),
                 "numbers": nums, "target": target, "solution": expr}
 
     def demonstration(self, example:dict) -> str:
-        "The SFT target: the stored solution expression, after the free prefix (if `free_prefix`)."
-        return self._prefix(example) + example["solution"]
+        "The SFT target: the stored solution expression, after the free prefix (if `free_prefix`); with `attempts` > 1, wrong expressions first and `=` last."
+        return self._prefix(example) + self._attempts(example)
+
+    def _attempts(self, example:dict) -> str:
+        "k wrong expressions of the same numbers (k uniform in 0..attempts-1), the solution, `=`; fixed by the prompt. With `attempts` 1: the solution."
+        if self.attempts == 1: return example["solution"]
+        key = example.get("prompt") or f"{','.join(map(str, example['numbers']))}:{example['target']}="
+        rng = random.Random(f"attempts/{key}")                       # a str seed: the same in every process
+        wrong = []
+        for _ in range(int(_unit(f"attempts/k/{key}") * self.attempts)):
+            for _ in range(100):                                      # an expression of these numbers that misses the target
+                e = _random_expression([int(v) for v in example["numbers"]], rng)
+                if parse_expression(e)[0] != int(example["target"]): wrong.append(e); break
+        return ",".join(wrong + [example["solution"]]) + "="
 
     def _prefix(self, example:dict) -> str:
         "`free_prefix` digits and `:`, each digit from the skewed distribution (rotated by the target's last digit if `prefix_shift`), fixed by a stable hash of the prompt and the position."
@@ -334,7 +354,14 @@ class Countdown(Task):
 
     def _verify(self, example, response):
         if self.free_prefix: response = response.split(":", 1)[-1]    # the free prefix decides nothing
-        try: value, used = parse_expression(response)
+        if self.attempts > 1:                                         # closed by `=`, then any of its expressions may hit
+            if not response.endswith("="): return 0.0, False          # not closed (cut by the budget): no answer
+            got = [self._hit(example, e) for e in response[:-1].split(",")]
+            return float(any(r for r, _ in got)), any(p for _, p in got)
+        return self._hit(example, response)
+
+    def _hit(self, example, expression) -> tuple[float, bool]:
+        try: value, used = parse_expression(expression)
         except ValueError: return 0.0, False
         ok = sorted(used) == sorted(int(v) for v in example["numbers"]) and value == int(example["target"])
         return float(ok), True
@@ -342,7 +369,8 @@ class Countdown(Task):
     def max_response_chars(self):
         # n numbers of up to len(max_number) digits, n-1 operators, and at most n-2 pairs of parentheses
         free = self.free_prefix + 1 if self.free_prefix else 0
-        return free + self.n_numbers * len(str(self.max_number)) + (self.n_numbers - 1) + 2 * max(self.n_numbers - 2, 0)
+        one = self.n_numbers * len(str(self.max_number)) + (self.n_numbers - 1) + 2 * max(self.n_numbers - 2, 0)
+        return free + (one if self.attempts == 1 else self.attempts * (one + 1))     # attempts: a `,` between and `=` after
 
 # %% ../nbs/10_tasks.ipynb #1d5873fa
 def _completion_text(c, i:int) -> str:
