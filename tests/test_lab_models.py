@@ -127,6 +127,22 @@ def test_countdown_parser_matches_eval():
         assert parse_expression(e)[0] == eval(e)
 
 
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 10_000), st.integers(2, 5), st.data())
+def test_countdown_attempts_verifier(seed, attempts, data):
+    "With `attempts`, a closed response earns 1 iff one of its expressions alone would; a response without its closing `=` earns 0."
+    t, single = get_task("countdown", attempts=attempts), get_task("countdown")
+    row = t.dataset(1, seed=seed, split="test")[0]
+    demo = t.demonstration(row)
+    parts = demo[:-1].split(",")
+    assert 1 <= len(parts) <= attempts and len(demo) <= t.max_response_chars()
+    picked = data.draw(st.lists(st.sampled_from(parts + ["1+1", "x", ""]), min_size=1, max_size=attempts))
+    want = float(any(single.verify(row, e)[0] == 1 for e in picked))
+    assert t.verify(row, ",".join(picked) + "=")[0] == want
+    cut = data.draw(st.integers(0, len(demo) - 1))            # any proper prefix: cut by a budget, never closed
+    assert t.verify(row, demo[:cut]) == (0.0, False)
+
+
 def test_rollout_logprobs_consistent(tok):
     m = tiny_llama(tok, hidden_size=32, num_layers=2, heads=2, seed=0)
     ro = generate(m, tok, ["347+285=", "1+2=", "99+1="], group_size=3, max_new_tokens=10, temperature=0.8, seed=0)
