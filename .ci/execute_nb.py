@@ -1,6 +1,6 @@
 """Execute notebooks in place and keep their outputs (images included), as the docs site renders them.
 
-    python .ci/execute_nb.py nbs/04_dapo.ipynb [more.ipynb ...] [--flags slow [--cells 58,60]]
+    python .ci/execute_nb.py nbs/12_dapo.ipynb [more.ipynb ...] [--flags slow [--cells 58,60]]
 
 Cells flagged `#| slow` / `#| gpu` / `#| notest` are skipped unless their flag is passed with --flags; a skipped
 cell keeps the outputs it has. The kernel is execnb's CaptureShell with matplotlib's inline backend (PNG), the

@@ -45,8 +45,8 @@ def find_cell(nb:str, *needles:str, flag:str|None=None) -> str:
 
 def trainer_cells() -> list[str]:
     "The cells the trainer notebook's `#| gpu` smoke cell needs, in order: test imports, the micro model and `small`, the cell."
-    return [find_cell("14_trainer.ipynb", "from fastcore.test import"), find_cell("14_trainer.ipynb", "small = dict(", "micro = "),
-            find_cell("14_trainer.ipynb", "PRESETS", "get_device_name", flag="gpu")]
+    return [find_cell("33_trainer.ipynb", "from fastcore.test import"), find_cell("33_trainer.ipynb", "small = dict(", "micro = "),
+            find_cell("33_trainer.ipynb", "PRESETS", "get_device_name", flag="gpu")]
 
 # ---------------------------------------------------------------- timing helpers
 def sync(device:str):
@@ -79,14 +79,14 @@ def trainer_namespace() -> tuple[dict, str]:
     import rl_notes.trainer as trainer
     *setup, cell = trainer_cells()
     ns = dict(vars(trainer)); ns["__name__"] = "__gpu_check__"
-    for src in setup: exec(compile(src, "nbs/14_trainer.ipynb", "exec"), ns)
+    for src in setup: exec(compile(src, "nbs/33_trainer.ipynb", "exec"), ns)
     return ns, cell
 
 def part_trainer_smoke(ctx):
-    "The `#| gpu` cell of nbs/14_trainer.ipynb (two steps of every preset), after the cells it needs."
+    "The `#| gpu` cell of nbs/33_trainer.ipynb (two steps of every preset), after the cells it needs."
     ns, cell = trainer_namespace()
     buf = io.StringIO()
-    with contextlib.redirect_stdout(buf): exec(compile(cell, "nbs/14_trainer.ipynb", "exec"), ns)
+    with contextlib.redirect_stdout(buf): exec(compile(cell, "nbs/33_trainer.ipynb", "exec"), ns)
     print(buf.getvalue())
     return {"output": buf.getvalue().splitlines()}
 
@@ -260,7 +260,7 @@ def prebuild():
         t0 = time.time(); print(f(), f"{time.time() - t0:.0f} s", flush=True)
 
 def part_failure_d3(ctx, device="cuda", seeds=(0, 1), steps=15, n_prompts=64, sft_steps=1500, eval_every=5, n_eval=200):
-    "D3 of nbs/19_failure_modes.ipynb (GRPO vs GRPO + dynamic sampling on 1-4 digit scratchpad addition), shortened: few seeds and steps."
+    "D3 of nbs/50_failure_modes.ipynb (GRPO vs GRPO + dynamic sampling on 1-4 digit scratchpad addition), shortened: few seeds and steps."
     import numpy as np
     from rl_notes.trainer import TrainConfig, get_algo, train
     t0 = time.time()
@@ -305,7 +305,7 @@ PARTS = [Part("cuda_tests", 100, part_cuda_tests),
          Part("trainer_smoke", 50, part_trainer_smoke, prepare=trainer_cells),
          Part("bench", 120, part_bench),
          Part("logprob", 30, part_logprob),
-         Part("failure_d3", 70, part_failure_d3, prepare=lambda: find_cell("19_failure_modes.ipynb", "D3_ARMS", "sft4g", flag="gpu"))]
+         Part("failure_d3", 70, part_failure_d3, prepare=lambda: find_cell("50_failure_modes.ipynb", "D3_ARMS", "sft4g", flag="gpu"))]
 
 def _selftest_parts() -> list[Part]:
     "Parts that check the runner itself on any machine (GPU_CHECK_SELFTEST=1; tests/test_gpu_check.py)."

@@ -85,7 +85,7 @@ def rewrite_links(md, pages):
     def _nb(m):
         stem, frag = m.group(2), m.group(3) or ''
         return m.group(1) + pages.get(stem, stem) + '.html' + frag + ')'
-    # [text](02_ppo.ipynb#x) -> [text](ppo.html#x)
+    # [text](10_ppo.ipynb#x) -> [text](ppo.html#x)
     return re.sub(r'(\]\()(?!https?:)([\w./-]+?)\.ipynb(#[^)\s]*)?\)', _nb, md)
 
 SHOWDOC_IDS = set()    # ids of the show_doc headings of the notebook being converted

@@ -220,7 +220,7 @@ def test_finding_fields_and_pass_k():
     (f,), clean, skipped = _run_checks(s)
     assert f.window == (1, 40) and f.spans == [(1, 10), (31, 40)] and f.numbers["ratio"] < T["entropy_collapse"][0] and f.confidence == "high"
     assert "pass@k 0.8 -> 0.6" in f.evidence and f.metrics == ["entropy", "heldout_pass_k"]
-    assert "04_dapo" in f.section and any("eps_high" in k for k in f.knobs)
+    assert "12_dapo" in f.section and any("eps_high" in k for k in f.knobs)
     assert skipped["mismatch"].startswith("not logged") and "truncation" in skipped
 
 
@@ -237,7 +237,7 @@ def test_heldout_drop_sees_a_break_in_the_first_steps():
     (f,), clean, _ = _run_checks(s)
     assert f.key == "heldout_drop" and f.status == "present" and f.confidence == "high" and "entropy" in clean
     assert f.numbers["drop"] == 0.53 and "training acc 0.41 (step 1) -> median 0" in f.evidence and f.spans == [(0, 0), (60, 60)]
-    assert f.metrics == ["heldout_acc", "acc"] and "14_trainer" in f.section
+    assert f.metrics == ["heldout_acc", "acc"] and "33_trainer" in f.section
     ax = dashboard(Report("x", "csv", 61, (0, 60), sorted(s), [], [], [f], [], {}, s)).axes[0]
     assert len(ax.lines) == 2 + 2   # held-out and training accuracy, and the two one-point windows drawn as lines
 

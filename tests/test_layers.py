@@ -232,7 +232,7 @@ def test_table_reader():
     assert layers[2][:4] == ["configs", "data", "tasks", "models"] and groups["sft"] == "L3 loops" and groups["lab"] == "L3 lab"
     assert third[0] == {"torch"} and third[4] is None and "transformers" in third[2] and "os" not in third[1]
     # a new module is a new row: here one between the loops and the lab
-    text = _map_text().replace("| L3 lab | `17_lab` |", "| L3 lab | `16a_new` | `rl_notes.newmod` | a new room |\n| L3 lab | `17_lab` |")
+    text = _map_text().replace("| L3 lab | `37_lab` |", "| L3 lab | `16a_new` | `rl_notes.newmod` | a new room |\n| L3 lab | `37_lab` |")
     layers, groups, _ = read_tables(text)
     assert layers[3][-2:] == ["newmod", "lab"] and groups["newmod"] == "L3 lab"
     assert len(LAYER_OF) == sum(map(len, LAYERS.values())), "a module is listed twice in the map"
