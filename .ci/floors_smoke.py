@@ -8,7 +8,8 @@ import torch, transformers, accelerate
 import rl_notes
 from rl_notes.models import build_tokenizer, tiny_llama, load_model
 from rl_notes.rollout import generate
-from rl_notes.trainer import TrainConfig, train
+from rl_notes.trainconfig import TrainConfig
+from rl_notes.trainer import train
 
 assert "site-packages" in rl_notes.__file__, f"rl_notes imported from {rl_notes.__file__}, not from the installed package"
 print(f"floors smoke: python {sys.version.split()[0]}, torch {torch.__version__}, transformers {transformers.__version__}, "

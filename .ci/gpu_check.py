@@ -262,7 +262,8 @@ def prebuild():
 def part_failure_d3(ctx, device="cuda", seeds=(0, 1), steps=15, n_prompts=64, sft_steps=1500, eval_every=5, n_eval=200):
     "D3 of nbs/50_failure_modes.ipynb (GRPO vs GRPO + dynamic sampling on 1-4 digit scratchpad addition), shortened: few seeds and steps."
     import numpy as np
-    from rl_notes.trainer import TrainConfig, get_algo, train
+    from rl_notes.trainconfig import TrainConfig, get_algo
+    from rl_notes.trainer import train
     t0 = time.time()
     sft = d3_sft(sft_steps)
     res = {"sft_s": round(time.time() - t0, 1), "seeds": list(seeds), "steps": steps, "n_prompts": n_prompts, "runs": {}}

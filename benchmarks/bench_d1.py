@@ -22,7 +22,8 @@ def child(model, out, steps, algo):
     "One shortened D1 run in this process (the code on sys.path); prints its rows and the time of `train` as JSON."
     import torch
     torch.set_num_threads(1)
-    from rl_notes.trainer import TrainConfig, train, get_algo
+    from rl_notes.trainconfig import TrainConfig, get_algo
+    from rl_notes.trainer import train
     cfg = TrainConfig(model=model, algo=get_algo(algo, beta=0.0), task="countdown", task_kw=CD_TASK, seed=0, steps=steps, out_dir=out,
                       overwrite=True, progress=False, threads=1, **D1)
     t0, c0 = time.perf_counter(), time.process_time()

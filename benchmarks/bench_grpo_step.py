@@ -18,7 +18,8 @@ def cpu_name():
     except Exception: return platform.processor() or platform.machine()
 
 def ours(model_dir, task_kw, a, tmp):
-    from rl_notes.trainer import TrainConfig, train, get_algo
+    from rl_notes.trainconfig import TrainConfig, get_algo
+    from rl_notes.trainer import train
     rows = train(TrainConfig(model=model_dir, algo=get_algo("grpo", beta=0.0), task_kw=task_kw, steps=a.warmup + a.steps,
                              n_prompts=a.n_prompts, group_size=a.G, max_new_tokens=a.max_new_tokens, lr=1e-4, n_eval=0,
                              n_train=2000, out_dir=os.path.join(tmp, "ours"), progress=False, seed=0))

@@ -85,7 +85,8 @@ def bench_step(model_dir, task_kw, n_prompts, G, T, steps, warmup, threads, tmp)
 
 # ---------------------------------------------------------------- LoRA memory (one fresh process per setting)
 def _lora_child(model_dir, lora_r, out_dir):
-    from rl_notes.trainer import TrainConfig, train, get_algo
+    from rl_notes.trainconfig import TrainConfig, get_algo
+    from rl_notes.trainer import train
     torch.set_num_threads(1)
     train(TrainConfig(model=model_dir, algo=get_algo("grpo", beta=0.04), task_kw=dict(max_digits=2, scratchpad=False), steps=2,
                       n_prompts=2, group_size=4, max_new_tokens=16, lr=1e-4, n_eval=0, n_train=200, out_dir=out_dir,

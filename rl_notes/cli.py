@@ -4,13 +4,15 @@
 
 # %% ../nbs/42_cli.ipynb #eb1d7f78
 from __future__ import annotations
-import argparse, ast, dataclasses, functools, importlib.util, io, json, os, platform, re, sys, time, tokenize, traceback, typing
+import argparse, dataclasses, functools, json, os, platform, sys, time, traceback, typing
 from pathlib import Path
 from typing import NamedTuple
+from .trainconfig import PRESETS, TrainConfig, SFTConfig  # the settings: they import no torch (a test checks)
+
 
 # %% auto #0
-__all__ = ['DEMO', 'PRESET_NAMES', 'GROUPS', 'FIELD_GROUP', 'ALIASES', 'TRAIN_HAND', 'SFT_HAND', 'CACHE_HELP', 'UsageError',
-           'summarize', 'demo', 'ConfigField', 'config_fields', 'main']
+__all__ = ['DEMO', 'PRESET_NAMES', 'CONFIGS', 'GROUPS', 'FIELD_GROUP', 'ALIASES', 'TRAIN_HAND', 'SFT_HAND', 'CACHE_HELP',
+           'UsageError', 'summarize', 'demo', 'ConfigField', 'config_fields', 'main']
 
 # %% ../nbs/42_cli.ipynb #6d0e3183
 class UsageError(ValueError):
@@ -85,7 +87,8 @@ def demo(out:str|Path="runs/demo",  # output directory; its runs are replaced wh
         raise ValueError(f"`threads` must be an int >= 1 or None, got {threads!r}")
     import torch  # heavy (lazy, so that `rl_notes --help` answers at once)
     from rl_notes.lab import sft_warm_start, SFTConfig  # heavy: torch and transformers
-    from rl_notes.trainer import TrainConfig, train  # heavy: torch and transformers
+    from rl_notes.trainconfig import TrainConfig  # heavy: torch and transformers
+    from rl_notes.trainer import train  # heavy: torch and transformers
     from rl_notes.analysis import plot_runs  # numpy and matplotlib: only when drawing
     if threads: torch.set_num_threads(threads)
     d = _quick(DEMO) if quick else DEMO
@@ -111,49 +114,24 @@ def demo(out:str|Path="runs/demo",  # output directory; its runs are replaced wh
     return text
 
 # %% ../nbs/42_cli.ipynb #dad43ec1
-PRESET_NAMES = ("cispo", "dapo", "dr_grpo", "grpo", "grpo_icepop", "grpo_tis", "gspo", "kl_cov", "ppo", "ppo_rlhf", "reinforce_pp", "rft", "rloo", "vapo")  # == sorted keys of `rl_notes.trainer.PRESETS` (a test checks), without importing it
+PRESET_NAMES = tuple(sorted(PRESETS))  # the presets `--algo` offers
 
 class ConfigField(NamedTuple):
-    "One field of a config dataclass, as its source states it."
+    "One field of a config dataclass: what the command line needs to offer it."
     name: str; annotation: str; default: object; choices: tuple|None; help: str
 
-_UNREAD = object()  # a default that is not a literal (e.g. a module constant): the command line does not offer the field
-
-def _literal(node):
-    try: return ast.literal_eval(node)
-    except ValueError: return _UNREAD
-
-def _default(v) -> tuple:
-    "(default, choices) of a field's right-hand side: a literal, `_f(default, **rules)` or `field(default=|default_factory=, metadata=dict(...))`."
-    if v is None: return dataclasses.MISSING, None
-    if not (isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id in ("_f", "field")): return _literal(v), None
-    kw = {k.arg: k.value for k in v.keywords}
-    if v.func.id == "_f": d, rules = _literal(v.args[0]), kw
-    else:
-        f = kw.get("default_factory")
-        d = _literal(kw["default"]) if "default" in kw else {"dict": {}, "list": []}.get(getattr(f, "id", None), _UNREAD)
-        m = kw.get("metadata")
-        rules = {k.arg: k.value for k in m.keywords} if isinstance(m, ast.Call) else {}
-    return d, (tuple(ast.literal_eval(rules["choices"])) if "choices" in rules else None)
-
-def _class_source(cls:str) -> str:
-    "The source of class `cls` in the rl_notes module that defines it (found by name, so a class may move between modules)."
-    for f in sorted(Path(importlib.util.find_spec("rl_notes").submodule_search_locations[0]).glob("*.py")):   # without importing it
-        m = re.search(rf"^class {cls}\b.*?(?=^\S|\Z)", f.read_text(), re.M | re.S)   # up to the next line at column 0
-        if m: return m.group(0)
-    raise LookupError(f"no rl_notes module defines class {cls!r}")
+CONFIGS = {"TrainConfig": TrainConfig, "SFTConfig": SFTConfig}  # the configs whose fields are options
 
 @functools.lru_cache(maxsize=None)
 def config_fields(cls:str) -> dict[str, ConfigField]:
-    "The fields of the config dataclass named `cls`, read from its module's source without importing it (which loads torch)."
-    src = _class_source(cls)
-    node = ast.parse(src).body[0]
-    notes = {t.start[0]: t.string.lstrip("#").strip() for t in tokenize.generate_tokens(io.StringIO(src).readline) if t.type == tokenize.COMMENT}
+    "The fields of the config dataclass named `cls`: annotation, default, choices and help, from `dataclasses.fields`."
     out = {}
-    for f in node.body:
-        if isinstance(f, ast.AnnAssign) and isinstance(f.target, ast.Name):
-            out[f.target.id] = ConfigField(f.target.id, ast.unparse(f.annotation), *_default(f.value), notes.get(f.end_lineno, ""))
+    for f in dataclasses.fields(CONFIGS[cls]):
+        d = (f.default if f.default is not dataclasses.MISSING else
+             f.default_factory() if f.default_factory is not dataclasses.MISSING else dataclasses.MISSING)
+        out[f.name] = ConfigField(f.name, f.type, d, f.metadata.get("choices"), f.metadata.get("help", ""))
     return out
+
 
 # %% ../nbs/42_cli.ipynb #3c5e1a9d
 GROUPS = ("model and data", "algorithm", "generation", "optimisation", "evaluation and logging")  # --help sections, in this order
@@ -196,7 +174,7 @@ def _add_config_options(sec:dict, cls:str, hand:set):
     aliases = _trl_aliases(TRL_NAMES) if cls == "TrainConfig" else ALIASES   # TRL's names are GRPOConfig's: the RL trainer's only
     for f in config_fields(cls).values():
         t = _option_type(f.annotation)
-        if f.name in hand or t is None or f.default in (_UNREAD, dataclasses.MISSING): continue
+        if f.name in hand or t is None or f.default is dataclasses.MISSING: continue
         g, opt, hlp = sec[FIELD_GROUP.get(f.name, GROUPS[-1])], "--" + f.name.replace("_", "-"), f.help.replace("%", "%%")
         if t is bool:
             names = (("--no-" + f.name.replace("_", "-")) if f.default else opt,) + ALIASES.get(f.name, ())
@@ -321,14 +299,8 @@ def _parser(cmd:str|None=None,  # the subcommand whose options are built (those 
 
 # %% ../nbs/42_cli.ipynb #7e511e02
 def _step_of(e:BaseException) -> int|None:
-    "The training step during which `e` was raised (`step` of `rl_notes.trainer.train`'s loop in the traceback), or None."
-    tb, step = e.__traceback__, None
-    while tb is not None:
-        f = tb.tb_frame
-        if f.f_code.co_name == "train" and f.f_globals.get("__name__") == "rl_notes.trainer" and isinstance(f.f_locals.get("step"), int):
-            step = f.f_locals["step"]
-        tb = tb.tb_next
-    return step
+    "The training step during which `e` was raised (`rl_notes.trainer.train` marks its exceptions with `step`), or None."
+    return getattr(e, "step", None) if isinstance(getattr(e, "step", None), int) else None
 
 def _origin(e:BaseException) -> str:
     "file:line of the innermost frame of `e`'s traceback."
@@ -340,7 +312,8 @@ def _run_dir(a) -> Path|None:
     "The directory of a `train` command when it is a run of rl_notes (it has the run marker): where its log goes."
     if getattr(a, "cmd", None) != "train": return None
     d = Path(getattr(a, "out_dir", None) or config_fields("TrainConfig")["out_dir"].default)
-    return d if (d / ".rl_notes_run").is_file() else None   # == rl_notes.rundir.RUN_MARKER (not imported: it loads torch)
+    from rl_notes.rundir import RUN_MARKER  # heavy: torch; only after a failure
+    return d if (d / RUN_MARKER).is_file() else None
 
 def _kept(d:Path) -> str:
     "What of the run is on disk: the last checkpoint's step, the metric rows."
@@ -382,7 +355,8 @@ def _failure(a, e:BaseException, argv:list, status:int) -> int:
 # %% ../nbs/42_cli.ipynb #2cb561f5
 def _train(a) -> int:
     "`rl_notes train`: the config from the options (unset ones keep `TrainConfig`'s defaults), then `train` under accelerate."
-    from rl_notes.trainer import TrainConfig, get_algo, train  # heavy: torch and transformers
+    from rl_notes.trainconfig import TrainConfig, get_algo  # heavy: torch and transformers
+    from rl_notes.trainer import train  # heavy: torch and transformers
     from accelerate import Accelerator  # heavy: loads torch.distributed
     _scored(a.dataset, a.reward, a.task)
     rewards = a.reward or []                                   # (spec, weight or None); an unweighted function weighs 1

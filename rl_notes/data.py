@@ -11,12 +11,14 @@ import numpy as np
 import torch
 from huggingface_hub import snapshot_download, constants as hub_constants
 from datasets import Dataset, DatasetDict, load_dataset, load_from_disk, are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+from .trainconfig import reward_spec
+
 
 # %% auto #0
 __all__ = ['DATA_SUFFIXES', 'HUB_ID', 'HUB_DATA_FILES', 'F32_MAX', 'is_conversational', 'check_prompts', 'check_data_file',
            'check_saved_dir', 'read_source', 'is_hub_id', 'hub_snapshot', 'hub_dataset', 'load_dataset_splits',
            'render_prompts', 'completions_for', 'RewardFunctionError', 'reward_name', 'load_reward_function',
-           'reward_spec', 'RewardSet']
+           'RewardSet']
 
 # %% ../nbs/22_data.ipynb #43f23ecb
 def _describe(x) -> str:
@@ -426,14 +428,6 @@ def _batch(rows, responses, group_size:int) -> tuple[list, list, dict]:
     return prompts, completions_for(prompts, responses), columns
 
 # %% ../nbs/22_data.ipynb #ce117fe8
-def reward_spec(f,  # a spec string or a callable (a `functools.partial` is unwrapped)
-               ) -> str:
-    "A spec string for a run log: the spec itself, or 'module:qualname' of a callable."
-    if isinstance(f, str): return f
-    while isinstance(f, functools.partial): f = f.func
-    qual = getattr(f, "__qualname__", None) or type(f).__qualname__
-    return f"{getattr(f, '__module__', None) or type(f).__module__}:{qual}"
-
 def _weights(weights, n:int) -> list[float]:
     "`weights` checked: n finite real numbers (default all 1.0)."
     if weights is None: return [1.0] * n

@@ -8,7 +8,8 @@ import json, re, time, hashlib, platform, tempfile, contextlib, dataclasses, imp
 from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
-from .trainer import Algo, TrainConfig, PRESETS, RUN_CONTROL, get_algo, train
+from .trainconfig import Algo, TrainConfig, PRESETS, RUN_CONTROL, get_algo
+from .trainer import train
 from .sft import SFTConfig, sft_train
 from .models import load_model, _quiet_hf
 from .rollout import sample_eval

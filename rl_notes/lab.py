@@ -7,7 +7,8 @@ from __future__ import annotations
 import json, sys, time, hashlib, subprocess
 from pathlib import Path
 from safetensors.torch import load_model as st_load_model
-from .trainer import TrainConfig, RUN_CONTROL, OFFPOLICY_FIELDS, train, content_fingerprints, offpolicy_settings
+from .trainconfig import TrainConfig, RUN_CONTROL, OFFPOLICY_FIELDS, offpolicy_settings
+from .trainer import train, content_fingerprints
 from .models import load_model
 from .sft import SFTConfig, sft_config, sft_train
 from .rollout import sample_eval

@@ -11,7 +11,7 @@ from tokenizers import Tokenizer, Regex, decoders, models as tk_models, normaliz
 from transformers import (AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer, GenerationConfig, LlamaConfig,
                           LlamaForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM)
 from transformers.utils import logging as hf_logging
-from .tasks import CHARS
+from .trainconfig import CHARS
 from .data import is_hub_id, hub_snapshot
 
 # %% auto #0

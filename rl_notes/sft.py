@@ -5,38 +5,20 @@
 # %% ../nbs/32_sft.ipynb #b02db2ea
 from __future__ import annotations
 import math, time
-from dataclasses import dataclass, field, asdict
+from dataclasses import asdict
 import torch
 from tqdm.auto import tqdm
-from .configs import validate_config
-from .tasks import CHARS, Task
+from .tasks import Task
 from .models import build_tokenizer, tiny_llama
 from .rollout import evaluate
+from .trainconfig import SFTConfig
+
 
 # %% auto #0
-__all__ = ['SFT_VERSION', 'SFTConfig', 'sft_config', 'sft_train']
+__all__ = ['SFT_VERSION', 'sft_config', 'sft_train']
 
 # %% ../nbs/32_sft.ipynb #9c84b034
 SFT_VERSION = 2  # bump when sft_train changes what it computes (the cache key also carries the code version)
-
-@dataclass
-class SFTConfig:
-    "Everything that determines an SFT warm start's weights, besides the task."
-    model_cfg: dict|None = None  # keyword arguments of `tiny_llama` (hidden_size, num_layers, ...)
-    steps: int = field(default=1000, metadata=dict(ge=1))  # most optimiser steps (the cosine schedule spans them)
-    lr: float = field(default=3e-3, metadata=dict(gt=0))  # peak AdamW learning rate
-    batch_size: int = field(default=64, metadata=dict(ge=1))  # sequences per step
-    n_train: int = field(default=20_000, metadata=dict(ge=1))  # distinct training prompts (train split, data seed = `seed`)
-    seed: int = 0  # seeds the data, the initialisation and the batch order
-    warmup: int = field(default=30, metadata=dict(ge=0))  # linear warm-up steps, then cosine decay to 0
-    weight_decay: float = field(default=0.01, metadata=dict(ge=0))  # AdamW weight decay
-    chars: str = CHARS  # tokenizer characters
-    eval_n: int = field(default=200, metadata=dict(ge=0))  # held-out prompts for the greedy accuracy in sft_config.json (0: skip)
-    target_accuracy: float|None = field(default=0.4, metadata=dict(gt=0, le=1))  # stop once validation accuracy reaches it (None: run all steps)
-    eval_every: int = field(default=25, metadata=dict(ge=1))  # steps between validation checks when `target_accuracy` is set
-    val_n: int = field(default=200, metadata=dict(ge=1))  # validation prompts (train split, disjoint from the training prompts)
-
-    def __post_init__(self): validate_config(self)
 
 def sft_config(task:Task, cfg:SFTConfig) -> dict:
     "The full, JSON-able configuration of an SFT run: the task's, the model's and the loop's settings."

@@ -10,14 +10,13 @@ import torch
 from datasets import Dataset, DatasetDict, Value, concatenate_datasets
 from .data import RewardSet, read_source, load_dataset_splits
 
+
 # %% auto #0
-__all__ = ['CHARS', 'SPLITS', 'MATH_INSTRUCTION', 'TASKS', 'Task', 'Addition', 'parse_expression', 'Countdown', 'TaskReward',
-           'last_boxed', 'extract_answer', 'TaskUnsupported', 'parse_answer', 'gold_answer', 'parse_response',
-           'math_equal', 'Math', 'get_task']
+__all__ = ['SPLITS', 'MATH_INSTRUCTION', 'TASKS', 'Task', 'Addition', 'parse_expression', 'Countdown', 'TaskReward', 'last_boxed',
+           'extract_answer', 'TaskUnsupported', 'parse_answer', 'gold_answer', 'parse_response', 'math_equal', 'Math',
+           'get_task']
 
 # %% ../nbs/23_tasks.ipynb #ff98dad3
-CHARS = "0123456789+-*()=,:"  # every character a prompt or response of these tasks can contain
-
 def _in_test(prompt:str,  # prompt text
              test_frac:float,  # fraction of the prompt space reserved for evaluation
             ) -> bool:

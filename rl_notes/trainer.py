@@ -4,481 +4,36 @@
 
 # %% ../nbs/33_trainer.ipynb #7bfa91ff
 from __future__ import annotations
-import os, sys, json, math, time, copy, random, shutil, signal, hashlib, warnings, threading, dataclasses, contextlib, importlib.util
-from dataclasses import dataclass, field, asdict
+import os, sys, json, math, time, copy, random, signal, hashlib, warnings, threading, dataclasses, contextlib
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Literal
 import numpy as np
 import torch
 from tqdm.auto import tqdm
-from .core import AGG_MODES, KL_KINDS, masked_mean, masked_whiten
+from .core import masked_mean
 from .ppo import value_loss, explained_variance, terminal_rewards, value_model_from_policy, value_model_from_reward_model
-from .grpo import group_advantages, grpo_loss
-from .dapo import dynamic_sample, overlong_filter_mask, soft_overlong_punishment
-from .vapo import decoupled_gae, positive_lm_loss, value_pretrain_loss
-from .family import (rloo_advantages, reinforce_pp_advantages, gspo_loss, cispo_loss, kl_cov_loss, nll_loss, tis_weights,
-                             high_entropy_mask, clip_cov_mask, accelerate_gather)
-from .offpolicy import (RS_LEVELS, rejection_mask, opsm_mask, mismatch_metrics, kl_shaped_rewards, AdaptiveKLController,
-                                ref_reset_due, reset_reference)
+from .dapo import dynamic_sample, soft_overlong_punishment
+from .vapo import positive_lm_loss, value_pretrain_loss
+from .family import accelerate_gather
 from .data import RewardSet, load_dataset_splits, render_prompts, reward_spec, is_hub_id, hub_snapshot, HUB_DATA_FILES, _hub_dataset_id
 from .tasks import get_task
 from .models import load_model, load_tokenizer, load_reward_model, apply_lora, enable_gradient_checkpointing, _quiet_hf, resolve_model
 from .rollout import Rollout, NonFiniteLogits, generate, response_logprobs, evaluate
-from .configs import validate_config, from_trl, TRL_NAMES
 from .rundir import RunDir, RunLock, run_mode
 from .checkpoint import CheckpointError
 from .cache import cache_dir, content_sha256
+from .trainconfig import (Algo, TrainConfig, RUN_CONTROL, PATH_FIELDS, _dataset_label, _reward_file, _resolved,
+                                  dir_problem, _check_extras)
+from .algo import Batch, make_batch, ADVANTAGE_ESTIMATORS, POLICY_LOSSES, Tokens, modify_tokens
+from .report import Meter, Reporter, MODEL_DIR, final_metrics, export_model
+from .policies import Sampler, Reference
+
 
 # %% auto #0
-__all__ = ['PRESETS', 'ADVANTAGE_ESTIMATORS', 'CRITIC_ESTIMATORS', 'POLICY_LOSSES', 'TOKEN_MODIFIERS', 'RUN_CONTROL',
-           'LAB_DEFAULTS', 'REAL_MODEL_PARAMS', 'PATH_FIELDS', 'OFFPOLICY_FIELDS', 'RENAMED_WITH_REWARDS', 'MODEL_DIR',
-           'Algo', 'get_algo', 'Batch', 'make_batch', 'adv_group', 'adv_group_mean', 'adv_gae', 'adv_correct',
-           'adv_rloo', 'adv_reinforce_pp', 'loss_clip', 'loss_nll', 'loss_gspo', 'loss_cispo', 'loss_kl_cov', 'Tokens',
-           'mod_tis', 'mod_rs', 'mod_opsm', 'mod_entropy', 'mod_clip_cov', 'modify_tokens', 'TrainConfig', 'trl_config',
-           'Meter', 'heldout_eval', 'TrainingDiverged', 'seed_everything', 'Run', 'dir_problem', 'preflight',
-           'content_fingerprints', 'check_content', 'offpolicy_settings', 'sampler_differs', 'setup', 'PeerFailed',
-           'together', 'collect', 'advantages', 'update', 'Reporter', 'final_metrics', 'model_card', 'export_model',
-           'heldout', 'eval_due', 'log_row', 'checkpoint', 'value_pretrain_step', 'StopRequest', 'TrainResult', 'train']
-
-# %% ../nbs/33_trainer.ipynb #2efb1170
-def _f(default, **rules):
-    "A dataclass field with a default and the rules (ge, gt, le, lt, choices, check) that `validate_config` enforces."
-    return field(default=default, metadata=rules)
-
-def _known(cls, d:dict) -> dict:
-    "`d`, once every key is known to be a field of the dataclass `cls` (a ValueError names the others)."
-    bad = set(d) - {f.name for f in dataclasses.fields(cls)}
-    if bad: raise ValueError(f"unknown {cls.__name__} field(s) {sorted(bad)}; valid: {', '.join(f.name for f in dataclasses.fields(cls))}")
-    return d
-
-def _one_of(table:dict, v) -> str|None:
-    "A `check`: `v` must be a key of `table` (looked up when checked, so an entry added later counts)."
-    return None if v in table else "must be one of " + ", ".join(map(repr, table))
-
-def _lam_or_adaptive(v) -> str|None:
-    "A `check` for `lam_actor`: a lambda in [0, 1], or VAPO's length-adaptive one."
-    return None if v == "adaptive" or 0 <= v <= 1 else "must be a float in [0, 1] or 'adaptive'"
-
-@dataclass
-class Algo:
-    "The choices that tell PPO, GRPO, Dr. GRPO, DAPO and VAPO apart; the rest of the loop is shared."
-    name: str = "custom"  # label written to the metrics
-    adv: str = _f("group", check=lambda v: _one_of(ADVANTAGE_ESTIMATORS, v))  # advantage estimator, a key of `ADVANTAGE_ESTIMATORS`
-    loss: str = _f("clip", check=lambda v: _one_of(POLICY_LOSSES, v))  # policy loss, a key of `POLICY_LOSSES`
-    agg: str = _f("seq-mean-token-mean", choices=AGG_MODES)  # loss aggregation, one of `rl_notes.core.AGG_MODES`
-    eps_low: float = _f(0.2, ge=0, lt=1)  # lower clip: the ratio may fall to 1-eps_low
-    eps_high: float = _f(0.2, ge=0)  # upper clip: the ratio may rise to 1+eps_high (DAPO's Clip-Higher raises only this)
-    dual_clip: float|None = _f(None, gt=1)  # dual-clip constant c > 1 bounding the loss of negative advantages; None: off
-    beta: float = _f(0.0, ge=0)  # weight of the KL(pi || pi_ref) loss term; 0 drops the reference model
-    kl: str = _f("k3", choices=KL_KINDS)  # per-token KL estimator, one of `rl_notes.core.KL_KINDS`
-    dynamic_sampling: bool = False  # DAPO: drop groups whose rewards are all equal and sample more prompts
-    max_rounds: int = _f(3, ge=1)  # bound on generation rounds per step under dynamic sampling
-    overlong_filter: bool = False  # mask the loss of truncated responses
-    soft_overlong: bool = False  # add DAPO's soft overlong punishment (Eq. 13) to the reward
-    cache_len: int = _f(4, ge=0)  # L_cache of the soft punishment, in tokens
-    gamma: float = _f(1.0, ge=0, le=1)  # discount of GAE
-    lam_critic: float = _f(0.95, ge=0, le=1)  # GAE lambda of the critic's targets (VAPO: 1.0)
-    lam_actor: float|Literal["adaptive"] = _f(0.95, check=_lam_or_adaptive)  # GAE lambda of the actor's advantages, or "adaptive": 1-1/(alpha*l) (VAPO)
-    alpha: float = _f(0.05, gt=0)  # alpha of the length-adaptive lambda
-    whiten_adv: bool = True  # whiten GAE advantages over the batch (PPO practice; group advantages are already scaled)
-    value_pretrain_steps: int = _f(0, ge=0)  # VAPO: critic-only steps on the frozen initial policy (lambda=1) before RL
-    value_clip: float|None = _f(None, gt=0)  # clip range of the value loss; None: plain MSE
-    mu: float = _f(0.0, ge=0)  # VAPO: weight of the NLL loss on correct (reward-1) responses
-    cispo_eps_low: float|None = _f(None, ge=0)  # CISPO: the weight's lower bound 1 - cispo_eps_low; None: none (MiniMax-M1); its upper bound is 1 + eps_high
-    kl_cov_ratio: float = _f(2e-3, ge=0, le=1)  # KL-Cov: share k of the tokens, those of largest covariance, that get the |log r| penalty
-    kl_cov_coef: float = _f(1.0, ge=0)  # KL-Cov: beta, the weight of that penalty
-    clip_cov_ratio: float = _f(0.0, ge=0, le=1)  # Clip-Cov: share r of the tokens whose gradient is detached (0: off; the paper: 2e-4)
-    clip_cov_lb: float = 1.0  # Clip-Cov: candidates have covariance > clip_cov_lb (omega_low)
-    clip_cov_ub: float = 5.0  # Clip-Cov: ... and < clip_cov_ub (omega_high)
-    top_entropy_quantile: float = _f(1.0, gt=0, le=1)  # keep the policy gradient on this top share of tokens by entropy (1: all; "80/20": 0.2)
-    tis: str|None = _f(None, choices=("token_truncate", "token_mask", "sequence_truncate", "sequence_mask"))  # sampler-mismatch correction (TRL's names); None: off
-    tis_c_max: float|None = _f(2.0, gt=0)  # C_max of the correction; None: no upper bound
-    tis_c_min: float|None = _f(None, ge=0)  # C_min of the correction; None: no lower bound
-    rs: str|None = _f(None, choices=RS_LEVELS)  # rejection: weight 0 on the tokens ("token": IcePop's mask) or whole responses ("sequence", "geometric" mean) whose ratio pi_old / mu leaves [rs_low, rs_high]; None: off
-    rs_low: float = _f(0.5, gt=0, le=1)  # smallest ratio `rs` keeps
-    rs_high: float = _f(2.0, ge=1)  # largest ratio `rs` keeps (IcePop: 5)
-    opsm_delta: float|None = None  # DeepSeek-V3.2's off-policy sequence mask: weight 0 on responses with A < 0 whose mean log mu - log pi_old exceeds delta; None: off
-    clip_anchor: str = _f("learner", choices=("learner", "sampler"))  # the ratio's pi_old: the learner's log-probs before the update (decoupled PPO: tis / rs / opsm weigh by pi_old / mu), or the sampler's (coupled PPO: the clip is centred on the behaviour policy)
-    kl_in_reward: bool = False  # beta times the `kl` estimate per token goes into the reward (PPO-RLHF, with kl="k1"), not into the loss
-    kl_target: float|None = _f(None, gt=0)  # adaptive beta (Ziegler et al. 2019): steer the samples' mean per-token KL to the reference toward this; None: beta fixed
-    kl_horizon: float = _f(10000.0, gt=0)  # H of the adaptive rule: a step of n responses moves beta by at most a factor 1 +- 0.2 n / H
-    ref_reset_every: int = _f(0, ge=0)  # every N RL steps move the reference to the policy (ProRL's reset; TRL's ref_model_sync_steps); 0: never
-    ref_mixup_alpha: float = _f(1.0, gt=0, le=1)  # the move: ref <- alpha * policy + (1 - alpha) * ref; 1: a copy
-
-    def __post_init__(self):
-        validate_config(self)
-        kl_on = [k for k, on in (("kl_in_reward", self.kl_in_reward), ("kl_target", self.kl_target is not None),
-                                 ("ref_reset_every", self.ref_reset_every > 0)) if on]
-        if kl_on and self.beta == 0: raise ValueError(f"Algo.{kl_on[0]} acts on the KL term, which beta=0 turns off: set beta > 0")
-        if self.kl_in_reward and self.loss != "clip": raise ValueError(f"Algo.kl_in_reward moves the KL out of the loss; only loss='clip' has one, got loss={self.loss!r}")
-        fix = [k for k in ("tis", "rs", "opsm_delta") if getattr(self, k) is not None]
-        if fix and self.clip_anchor == "sampler":
-            raise ValueError(f"Algo.clip_anchor='sampler' makes pi_old the sampler's mu, so Algo.{fix[0]} would weigh every token by 1; "
-                             "use clip_anchor='learner' with it")
-    @property
-    def uses_critic(self) -> bool: return self.adv in CRITIC_ESTIMATORS
-
-# %% ../nbs/33_trainer.ipynb #0da4cf61
-PRESETS = {
-    # PPO for LLMs (Ouyang et al. 2022; the verl/TRL defaults): critic + GAE, symmetric clip
-    "ppo": dict(adv="gae", agg="token-mean", lam_critic=0.95, lam_actor=0.95),
-    # GRPO (DeepSeekMath Eq. 3): group-normalised outcome advantage, 1/|o_i| per response, k3 KL with beta 0.04
-    "grpo": dict(adv="group", agg="seq-mean-token-mean", beta=0.04, kl="k3"),
-    # Dr. GRPO (Liu et al. 2025): no std division, no 1/|o_i|: divide by a constant (max new tokens), no KL
-    "dr_grpo": dict(adv="group-mean-only", agg="seq-mean-token-sum-norm"),
-    # DAPO (Yu et al. 2025): clip-higher 0.28, dynamic sampling, token-level loss, soft overlong punishment
-    "dapo": dict(adv="group", agg="token-mean", eps_high=0.28, dynamic_sampling=True, soft_overlong=True),
-    # VAPO (Yue et al. 2025): value pre-training, decoupled (1.0 / adaptive) GAE, clip-higher, token-level loss,
-    # positive-example LM loss 0.1
-    "vapo": dict(adv="gae", agg="token-mean", eps_high=0.28, lam_critic=1.0, lam_actor="adaptive", alpha=0.05,
-                 value_pretrain_steps=20, mu=0.1),
-    # rejection-sampling fine-tuning (RFT, Yuan et al. 2023): NLL on the policy's own correct samples; a control for RL
-    "rft": dict(adv="correct", loss="nll", agg="token-mean"),
-    # GSPO (Zheng et al. 2025): one ratio per sequence, clip 3e-4 / 4e-4, mean over sequences, no KL
-    "gspo": dict(adv="group", loss="gspo", agg="seq-mean-token-mean", eps_low=3e-4, eps_high=4e-4),
-    # CISPO (MiniMax-M1, 2025): clipped detached weight, no lower bound, token-level loss; upper bound 5 as in ScaleRL
-    "cispo": dict(adv="group", loss="cispo", agg="token-mean", eps_high=4.0),
-    # RLOO (Ahmadian et al. 2024): leave-one-out baseline, no std division, PPO clip, token-level loss
-    "rloo": dict(adv="rloo", agg="token-mean"),
-    # REINFORCE++-baseline (Hu et al. 2025): group mean, global-batch normalisation, PPO clip, token-level loss
-    "reinforce_pp": dict(adv="reinforce_pp", agg="token-mean"),
-    # KL-Cov (Cui et al. 2025): |log r| on the 0.2% highest-covariance tokens, weight 1
-    "kl_cov": dict(adv="group", loss="kl_cov", agg="token-mean", kl_cov_ratio=2e-3, kl_cov_coef=1.0),
-    # PPO-RLHF (Ziegler et al. 2019; Ouyang et al. 2022): critic + GAE, the k1 KL to the reference in the per-token reward
-    "ppo_rlhf": dict(adv="gae", agg="token-mean", lam_critic=0.95, lam_actor=0.95, beta=0.05, kl="k1", kl_in_reward=True),
-    # GRPO with truncated importance sampling on the sampler gap (Yao et al. 2025: token level, C = 2)
-    "grpo_tis": dict(adv="group", agg="seq-mean-token-mean", beta=0.04, kl="k3", tis="token_truncate", tis_c_max=2.0),
-    # GRPO with IcePop's two-sided token mask (Ling team 2025): tokens whose pi_old / mu leaves [0.5, 5] get no gradient
-    "grpo_icepop": dict(adv="group", agg="seq-mean-token-mean", beta=0.04, kl="k3", rs="token", rs_low=0.5, rs_high=5.0),
-}
-
-def get_algo(name:str|Algo,  # a preset name (`PRESETS`) or an `Algo`, returned as is (with overrides)
-             **overrides,  # fields of `Algo` to change (or TRL's names for them: epsilon, beta, loss_type, ...)
-            ) -> Algo:
-    "The `Algo` of a preset, with `overrides` applied (by `Algo`'s field names or TRL GRPOConfig's: `rl_notes.configs.TRL_NAMES`)."
-    overrides = from_trl("Algo", [f.name for f in dataclasses.fields(Algo)], overrides)
-    if isinstance(name, Algo): return dataclasses.replace(name, **overrides)
-    if name not in PRESETS: raise ValueError(f"unknown algo {name!r}; expected one of {sorted(PRESETS)}")
-    return Algo(name=name, **{**PRESETS[name], **overrides})
-
-# %% ../nbs/33_trainer.ipynb #0f68edbe
-@dataclass
-class Batch:
-    "One step's training rows, every tensor on the accelerator's device; group members adjacent, (B,) per response, (B, T) per token."
-    ro: Rollout  # the sampled responses: ids, masks, old log-probs, truncation
-    reward: torch.Tensor  # (B,) verifier reward
-    score: torch.Tensor  # (B,) the reward the advantages see: verifier + soft overlong punishment
-    correct: torch.Tensor  # (B,) bool, verifier reward >= 1 (VAPO's positive examples)
-    mask: torch.Tensor  # (B, T) bool response mask
-    loss_mask: torch.Tensor  # (B, T) bool tokens the losses see (DAPO's overlong filter drops truncated responses)
-    group_size: int  # G
-    values: torch.Tensor|None = None  # (B, T) critic values at rollout time
-    adv: torch.Tensor|None = None  # (B,) or (B, T) advantages
-    returns: torch.Tensor|None = None  # (B, T) value targets
-    ref_logp: torch.Tensor|None = None  # (B, T) log-probs under the reference, when the reward needs them (`Algo.kl_in_reward`)
-    kl_reward: torch.Tensor|None = None  # (B, T) -beta times the KL estimate per token, when the KL is in the reward
-
-    def rows(self, idx) -> Batch:
-        "The rows `idx` (indices or a (B,) bool mask) of every per-response and per-token tensor."
-        pick = lambda x: None if x is None else x[idx]
-        return dataclasses.replace(self, ro=self.ro.select(idx), **{k: pick(getattr(self, k)) for k in
-                                   ("reward", "score", "correct", "mask", "loss_mask", "values", "adv", "returns", "ref_logp", "kl_reward")})
-
-def make_batch(ro:Rollout,  # sampled responses (on the model's device)
-               reward:torch.Tensor,  # (B,) verifier rewards (the task scores on the CPU)
-               score:torch.Tensor,  # (B,) shaped rewards
-               device,  # the accelerator's device
-               overlong_filter:bool=False,  # DAPO: drop truncated responses from the loss mask
-              ) -> Batch:
-    "The step's batch with every tensor on `device`: the one place where the CPU's scores meet the device's masks."
-    ro = ro.to(device)
-    mask = ro.response_mask.bool()
-    loss_mask = overlong_filter_mask(ro.truncated, mask) if overlong_filter else mask
-    reward, score = reward.to(device), score.to(device)
-    return Batch(ro, reward, score, reward >= 1.0, mask, loss_mask, ro.group_size)
-
-# %% ../nbs/33_trainer.ipynb #e3ee0d70
-def adv_group(algo:Algo, batch:Batch, reduce=None):
-    "GRPO: each reward minus its group's mean, divided by the group's std; (B,), no value targets."
-    return group_advantages(batch.score, batch.group_size, scale="group"), None
-
-def adv_group_mean(algo:Algo, batch:Batch, reduce=None):
-    "Dr. GRPO: each reward minus its group's mean, no std division; (B,), no value targets."
-    return group_advantages(batch.score, batch.group_size, scale="none"), None
-
-def adv_gae(algo:Algo, batch:Batch,
-            reduce=None,  # sums a tensor over data-parallel processes (whitening over the union of their rows); None: this process
-           ):
-    "PPO / VAPO: the outcome reward on the last token, GAE with the critic's lambda (targets) and the actor's (advantages), whitened."
-    tok_r = terminal_rewards(batch.score, batch.mask)                        # (B, T)
-    if batch.kl_reward is not None: tok_r = tok_r + batch.kl_reward           # PPO-RLHF: r_t = R 1[t = |y|] - beta k_t
-    adv, returns = decoupled_gae(tok_r, batch.values, batch.mask, lam_critic=algo.lam_critic, lam_actor=algo.lam_actor,
-                                 alpha=algo.alpha, gamma=algo.gamma)
-    if algo.whiten_adv and (reduce is not None or batch.mask.sum() > 1):   # one token alone cannot be whitened
-        adv = masked_whiten(adv, batch.mask, reduce=reduce)
-    return adv, returns
-
-def adv_correct(algo:Algo, batch:Batch, reduce=None):
-    "Rejection-sampling fine-tuning: weight 1 on each correct response (reward >= 1), 0 on the rest; (B,), no value targets."
-    return batch.correct.to(batch.score.dtype), None
-
-def adv_rloo(algo:Algo, batch:Batch, reduce=None):
-    "RLOO: each reward minus the mean of the other G-1 rewards of its group; (B,), no value targets."
-    return rloo_advantages(batch.score, batch.group_size), None
-
-def adv_reinforce_pp(algo:Algo, batch:Batch, reduce=None):
-    "REINFORCE++-baseline: each reward minus its group mean, normalised over the global batch (`reduce` sums over processes); (B,)."
-    return reinforce_pp_advantages(batch.score, batch.group_size, reduce=reduce), None
-
-# name -> fn(algo, batch, reduce) -> (advantages (B,) or (B, T), value targets (B, T) or None); a new estimator is one entry
-ADVANTAGE_ESTIMATORS = {"group": adv_group, "group-mean-only": adv_group_mean, "gae": adv_gae, "correct": adv_correct,
-                        "rloo": adv_rloo, "reinforce_pp": adv_reinforce_pp}
-CRITIC_ESTIMATORS = ("gae",)  # the estimators that read `batch.values` (the run builds a critic for them)
-
-# %% ../nbs/33_trainer.ipynb #bd40e055
-def loss_clip(algo:Algo,
-              logp:torch.Tensor,  # (b, T) log-probs under the policy being trained
-              old_logp:torch.Tensor,  # (b, T) log-probs under the policy that sampled
-              ref_logp:torch.Tensor|None,  # (b, T) log-probs under the reference (None: no KL term, as with beta == 0 or the KL in the reward)
-              adv:torch.Tensor,  # (b,) or (b, T) advantages
-              mask:torch.Tensor,  # (b, T) loss mask
-              max_tokens:int,  # L_max of `seq-mean-token-sum-norm`
-              global_tokens:float|None,  # `token-mean` divisor over all processes
-              reduce=None,  # sums a tensor over data-parallel processes (batch statistics of KL-Cov); None: one process
-             ) -> tuple[torch.Tensor, dict]:
-    "PPO's clipped surrogate (decoupled clip, optional dual clip) plus beta times the KL to the reference: `rl_notes.grpo.grpo_loss`."
-    return grpo_loss(logp, old_logp, ref_logp, adv, mask, eps_low=algo.eps_low, eps_high=algo.eps_high, beta=algo.beta if ref_logp is not None else 0.0, kl=algo.kl,
-                     agg=algo.agg, max_tokens=max_tokens, global_tokens=global_tokens, dual_clip=algo.dual_clip)
-
-def loss_nll(algo:Algo, logp, old_logp, ref_logp, adv, mask, max_tokens:int, global_tokens:float|None, reduce=None):
-    "RFT: the NLL of the sampled tokens weighted by the advantage, no ratio and no clip (`rl_notes.family.nll_loss`)."
-    return nll_loss(logp, old_logp, adv, mask, agg=algo.agg, max_tokens=max_tokens, global_tokens=global_tokens)
-
-def loss_gspo(algo:Algo, logp, old_logp, ref_logp, adv, mask, max_tokens:int, global_tokens:float|None, reduce=None):
-    "GSPO: one clipped ratio per sequence, the geometric mean of its token ratios (`rl_notes.family.gspo_loss`)."
-    return gspo_loss(logp, old_logp, adv, mask, eps_low=algo.eps_low, eps_high=algo.eps_high, agg=algo.agg,
-                     max_tokens=max_tokens, global_tokens=global_tokens)
-
-def loss_cispo(algo:Algo, logp, old_logp, ref_logp, adv, mask, max_tokens:int, global_tokens:float|None, reduce=None):
-    "CISPO: REINFORCE weighted by the clipped, detached ratio (`rl_notes.family.cispo_loss`); bounds 1 - cispo_eps_low, 1 + eps_high."
-    return cispo_loss(logp, old_logp, adv, mask, eps_high=algo.eps_high, eps_low=algo.cispo_eps_low, agg=algo.agg,
-                      max_tokens=max_tokens, global_tokens=global_tokens)
-
-def loss_kl_cov(algo:Algo, logp, old_logp, ref_logp, adv, mask, max_tokens:int, global_tokens:float|None, reduce=None):
-    "KL-Cov: the unclipped surrogate plus kl_cov_coef |log r| on the kl_cov_ratio tokens of largest covariance (`rl_notes.family.kl_cov_loss`)."
-    return kl_cov_loss(logp, old_logp, adv, mask, kl_ratio=algo.kl_cov_ratio, beta=algo.kl_cov_coef, agg=algo.agg,
-                       max_tokens=max_tokens, global_tokens=global_tokens, reduce=reduce)
-
-# name -> fn(algo, logp, old_logp, ref_logp, adv, mask, max_tokens, global_tokens, reduce) -> (loss, metrics); a new loss is one entry
-POLICY_LOSSES = {"clip": loss_clip, "nll": loss_nll, "gspo": loss_gspo, "cispo": loss_cispo, "kl_cov": loss_kl_cov}
-
-# %% ../nbs/33_trainer.ipynb #6b969220
-@dataclass
-class Tokens:
-    "What a per-token modifier reads: one minibatch's (b, T) tensors and the collectives over processes."
-    logp: torch.Tensor  # log-probs under the policy being trained (detached)
-    old_logp: torch.Tensor  # log-probs before the update (`logp` itself with one optimizer step per batch)
-    rollout_logp: torch.Tensor|None  # log-probs under the sampler, from the rollout
-    entropy: torch.Tensor  # the policy's entropy at each position (detached)
-    adv: torch.Tensor  # (b,) or (b, T) advantages, as the modifiers before this one left them
-    mask: torch.Tensor  # loss mask
-    gather: Callable|None = None  # gathers 1-D values of all processes (`rl_notes.family.high_entropy_mask`); None: one process
-    reduce: Callable|None = None  # sums a tensor over processes; None: one process
-
-def mod_tis(algo:Algo, t:Tokens):
-    "Truncated importance sampling (`tis`): weights pi_train / pi_sampler on the advantages; w >= 0 leaves every clip decision unchanged."
-    if algo.tis is None: return None
-    level, mode = algo.tis.split("_")
-    return "adv", tis_weights(t.old_logp, t.rollout_logp, t.mask, level=level, mode=mode, c_max=algo.tis_c_max, c_min=algo.tis_c_min)
-
-def mod_rs(algo:Algo, t:Tokens):
-    "Rejection (`rs`): weight 0 on the tokens, or whole responses, whose ratio pi_old / mu leaves [rs_low, rs_high]; the rest unweighted."
-    if algo.rs is None: return None
-    return "adv", rejection_mask(t.old_logp, t.rollout_logp, t.mask, level=algo.rs, low=algo.rs_low, high=algo.rs_high).to(t.old_logp.dtype)
-
-def mod_opsm(algo:Algo, t:Tokens):
-    "DeepSeek-V3.2's off-policy sequence mask (`opsm_delta`): weight 0 on responses with a negative advantage and a mean gap above delta."
-    if algo.opsm_delta is None: return None
-    a = t.adv if t.adv.dim() == 1 else masked_mean(t.adv, t.mask.bool(), dim=-1)   # (b,): a response's (mean) advantage
-    return "adv", opsm_mask(t.old_logp, t.rollout_logp, a, t.mask, delta=algo.opsm_delta).to(t.old_logp.dtype)
-
-def mod_entropy(algo:Algo, t:Tokens):
-    "The 80/20 rule (`top_entropy_quantile` < 1): the tokens in the top share by entropy, over all processes, keep their gradient."
-    if algo.top_entropy_quantile >= 1: return None
-    return "keep", high_entropy_mask(t.entropy, t.mask, algo.top_entropy_quantile, gather=t.gather)
-
-def mod_clip_cov(algo:Algo, t:Tokens):
-    "Clip-Cov (`clip_cov_ratio` > 0): a random share of the tokens whose covariance lies in (clip_cov_lb, clip_cov_ub) loses its gradient."
-    if algo.clip_cov_ratio <= 0: return None
-    return "keep", clip_cov_mask(t.logp, t.adv, t.mask, clip_ratio=algo.clip_cov_ratio, cov_lb=algo.clip_cov_lb, cov_ub=algo.clip_cov_ub,
-                                 old_logp=t.old_logp, eps_low=algo.eps_low, eps_high=algo.eps_high, reduce=t.reduce)
-
-# name -> fn(algo, tokens) -> None (off), ("adv", (b, T) weights of the advantages) or ("keep", (b, T) bool: the tokens that keep
-# their gradient); applied in this order, each seeing the advantages the earlier ones left
-TOKEN_MODIFIERS = {"tis": mod_tis, "rs": mod_rs, "opsm": mod_opsm, "entropy_mask": mod_entropy, "clip_cov": mod_clip_cov}
-
-def modify_tokens(algo:Algo, t:Tokens) -> tuple[torch.Tensor, torch.Tensor|None]:
-    "The advantages after every modifier of `TOKEN_MODIFIERS` that `algo` turns on, and the (b, T) tokens that keep their gradient (None: all)."
-    adv, keep = t.adv, None
-    # every process calls every modifier: the entropy quantile and the covariance's centring are global-batch statistics
-    for fn in TOKEN_MODIFIERS.values():
-        out = fn(algo, dataclasses.replace(t, adv=adv))
-        if out is None: continue
-        kind, x = out
-        if kind == "adv": adv = (adv if adv.dim() == 2 else adv[:, None].expand(t.mask.shape)) * x
-        else: keep = (t.mask.bool() if keep is None else keep) & x
-    return adv, keep
-
-# %% ../nbs/33_trainer.ipynb #abe3bf9a
-# fields that may change between a run and its resumption (they do not change what is computed)
-RUN_CONTROL = ("steps", "resume", "overwrite", "stop_at", "save_every", "progress", "out_dir", "threads", "accept_changed", "save_adapter", "micro_batch_size")
-
-def _dataset_arg(v) -> str|None:
-    "A `check` for `TrainConfig.dataset`: None, a path, or a `datasets.Dataset` / `DatasetDict` (anything with `column_names`)."
-    if v is None or isinstance(v, (str, os.PathLike)) or hasattr(v, "column_names"): return None
-    return "must be None, a path, or a datasets.Dataset / DatasetDict"
-
-def _dataset_label(v) -> str:
-    "How config.json records a dataset object: its type and content fingerprint(s), equal for equal data (so a resume can check it)."
-    fp = getattr(v, "_fingerprint", None) or {k: getattr(d, "_fingerprint", None) for k, d in v.items()}
-    return f"{type(v).__name__}(fingerprint={fp})"
-
-def _reward_specs(v) -> str|None:
-    "A `check` for `TrainConfig.reward`: None, or a non-empty list of 'module:function' strings or callables."
-    if v is None: return None
-    if not v or not all((isinstance(r, str) and ":" in r) or callable(r) for r in v):
-        return "must be None or a non-empty list of 'module:function' / 'file.py:function' strings or callables"
-    return None
-
-def _dir_path(p:str) -> str|None:
-    "A `check`: `p` can be (or become) a directory: its nearest existing ancestor is a directory."
-    for a in (Path(p), *Path(p).parents):
-        if a.exists(): return None if a.is_dir() else f"must be a directory path, but {str(a)!r} is a file"
-    return None
-
-# %% ../nbs/33_trainer.ipynb #c0bcfedc
-@dataclass
-class TrainConfig:
-    "Everything one RL run needs; `algo` is a preset name or an `Algo`."
-    model: str = ""  # path of a Hugging Face causal-LM checkpoint + tokenizer (policy init and reference)
-    algo: str|Algo = "grpo"  # preset name or `Algo`
-    task: str = "addition"  # task name for `rl_notes.tasks.get_task`
-    task_kw: dict = field(default_factory=dict)  # keyword arguments of the task
-    dataset: object = _f(None, check=lambda v: _dataset_arg(v))  # prompts with a `prompt` column: a path (jsonl / json / parquet / csv file, `save_to_disk` directory), a `datasets.Dataset` or `DatasetDict`; None: the task's
-    reward: list|None = _f(None, check=lambda v: _reward_specs(v))  # reward functions with TRL's signature, "module:function" / "file.py:function" or callables; None: the task's verifier
-    reward_weights: list[float]|None = None  # one weight per reward function; None: all 1
-    steps: int = _f(100, ge=0)  # RL steps (one rollout batch each)
-    n_prompts: int = _f(16, ge=1)  # prompts per step, over all processes
-    group_size: int = _f(8, ge=1)  # responses per prompt (G)
-    max_new_tokens: int = _f(16, ge=1)  # response budget; longer responses are truncated
-    temperature: float = _f(1.0, gt=0)  # sampling temperature (also used in the training log-probs)
-    sampler_dtype: str|None = _f(None, choices=("bfloat16", "float16"))  # sample with a copy of the policy in this dtype (an inference engine's precision); None: the policy itself
-    sampler_lag: int = _f(0, ge=0)  # sample with the policy's weights of this many RL steps ago (an asynchronous pipeline); 0: the current ones
-    sampler_temperature: float|None = _f(None, gt=0)  # sample at this temperature while the learner's log-probs use `temperature` (a setting the learner does not know); None: the same
-    lr: float = _f(5e-4, ge=0)  # policy AdamW learning rate
-    critic_lr: float = _f(1e-3, ge=0)  # critic AdamW learning rate
-    critic_init: str|None = None  # critic start: None = policy trunk + fresh head; a path = a reward-model checkpoint (sequence classification, one label) whose trunk and score head start the critic (VAPO's setting)
-    weight_decay: float = _f(0.0, ge=0)  # AdamW weight decay
-    dtype: str = _f("float32", choices=("float32", "bfloat16", "float16"))  # dtype of the policy's (and critic's) weights
-    gradient_checkpointing: bool = False  # recompute activations in the backward pass: less memory, more time
-    lora_r: int = _f(0, ge=0)  # LoRA rank (peft); 0: train every weight. Under LoRA the reference is the base model with the adapters off
-    lora_alpha: float = _f(32.0, gt=0)  # LoRA alpha (the update is scaled by alpha / r)
-    lora_dropout: float = _f(0.0, ge=0, lt=1)  # dropout on the LoRA input
-    lora_target_modules: str|list[str] = "all-linear"  # the modules LoRA adapts (peft's `target_modules`)
-    save_adapter: bool = False  # under LoRA, out_dir/model holds the adapter alone (peft's files); False: the adapter merged into full weights
-    report_to: str = _f("none", choices=("none", "tensorboard", "trackio", "wandb"))  # also send the metric rows there (metrics.jsonl is always written)
-    max_grad_norm: float = _f(1.0, gt=0)  # gradient clipping
-    warmup_steps: int = _f(0, ge=0)  # linear learning-rate warm-up over this many RL steps (Adam's first updates are sign-like: size lr for every weight)
-    ppo_epochs: int = _f(1, ge=1)  # passes over each rollout batch
-    n_minibatches: int = _f(1, ge=1)  # optimizer steps per pass
-    micro_batch_size: int|None = _f(None, ge=1)  # responses per forward/backward pass; gradients accumulate over a minibatch's micro-batches before its one optimizer step (TRL: per_device_train_batch_size); None: the whole minibatch at once
-    n_train: int = _f(20000, ge=1)  # size of the training prompt pool
-    n_eval: int = _f(200, ge=0)  # held-out prompts (greedy decoding)
-    eval_every: int = _f(25, ge=0)  # held-out evaluation every N steps (and at step 0 and at the end); 0: only at step 0
-    save_every: int = _f(0, ge=0)  # checkpoint every N steps; 0: only at the end
-    seed: int = 0  # seeds prompts, sampling and everything else
-    shard_rollouts: bool = True  # each process samples its own prompts; False: all sample the global batch (exactly equal to 1 process)
-    out_dir: str = _f("runs/run", check=_dir_path)  # metrics.jsonl, config.json and ckpt/ go here
-    resume: bool = False  # continue from out_dir/ckpt if it exists
-    overwrite: bool = False  # replace a previous run found in out_dir (without it, starting over one is refused)
-    accept_changed: bool = False  # resume although the dataset, a reward file or the model changed since the checkpoint (their content hash differs)
-    stop_at: int|None = _f(None, ge=0)  # stop after this step without the final checkpoint, as if killed (for tests)
-    threads: int|None = _f(None, ge=1)  # torch.set_num_threads; None: leave as is
-    progress: bool = True  # tqdm progress bar
-
-    def __post_init__(self):
-        if isinstance(self.reward, str) or callable(self.reward): self.reward = [self.reward]   # one function
-        if isinstance(self.dataset, os.PathLike): self.dataset = os.fspath(self.dataset)
-        if isinstance(self.algo, str): self.algo = get_algo(self.algo)
-        elif isinstance(self.algo, dict): self.algo = Algo(**_known(Algo, self.algo))   # e.g. from config.json
-        validate_config(self)
-        a = self.algo
-        if self.critic_init is not None and not a.uses_critic:
-            raise ValueError(f"TrainConfig.critic_init is set ({self.critic_init!r}) but algo {a.name!r} has no critic (adv={a.adv!r})")
-        if not a.uses_critic and self.group_size < 2:
-            raise ValueError(f"algo {a.name!r} uses group advantages: TrainConfig.group_size must be >= 2, got {self.group_size}")
-        if a.soft_overlong and a.cache_len > self.max_new_tokens:
-            raise ValueError(f"Algo.cache_len ({a.cache_len}) must be <= TrainConfig.max_new_tokens ({self.max_new_tokens}) for the soft overlong punishment")
-        if self.n_prompts % self.n_minibatches: raise ValueError(f"TrainConfig.n_prompts ({self.n_prompts}) must be divisible by n_minibatches ({self.n_minibatches})")
-        if self.dtype == "float16" and not self.lora_r:
-            raise ValueError("TrainConfig.dtype='float16' trains every weight in float16, where AdamW's epsilon (1e-8) underflows to 0 and "
-                             "weights with tiny gradients become NaN; use dtype='bfloat16' (--dtype bfloat16) or LoRA (--lora-r R)")
-        if self.micro_batch_size and a.loss == "kl_cov": raise ValueError("TrainConfig.micro_batch_size: the kl_cov loss picks its tokens over the whole minibatch and cannot be split; leave it None")
-        if (self.sampler_dtype or self.sampler_lag) and self.lora_r:
-            raise ValueError("TrainConfig.sampler_dtype / sampler_lag copy the policy's full weights; they do not work with LoRA (lora_r > 0)")
-        if a.ref_reset_every and self.lora_r:
-            raise ValueError("Algo.ref_reset_every moves the reference's weights; under LoRA the reference is the base model itself, so it cannot move")
-        if a.kl_target is not None and 0.2 * self.n_prompts * self.group_size / a.kl_horizon >= 1:
-            raise ValueError(f"Algo.kl_horizon ({a.kl_horizon:g}) must exceed 0.2 x the responses per step ({self.n_prompts * self.group_size}), "
-                             "or one step of the adaptive rule could make beta <= 0")
-        if self.resume and self.overwrite: raise ValueError("TrainConfig.resume and overwrite exclude each other: continue the previous run, or replace it")
-        if self.reward_weights is not None and len(self.reward_weights) != len(self.reward or []):
-            raise ValueError(f"TrainConfig.reward_weights has {len(self.reward_weights)} weights for {len(self.reward or [])} reward functions")
-
-    def to_dict(self):
-        "JSON-able: a reward function given as a callable is written as its 'module:qualname', a dataset object as its fingerprint."
-        d = asdict(dataclasses.replace(self, dataset=None))   # a dataset object is not deep-copied
-        d["dataset"] = self.dataset if self.dataset is None or isinstance(self.dataset, str) else _dataset_label(self.dataset)
-        if d["reward"] is not None: d["reward"] = [reward_spec(r) for r in self.reward]   # as `RewardSet.config` writes them
-        return d
-    @classmethod
-    def from_dict(cls, d:dict) -> TrainConfig:
-        "The config `to_dict` gave (e.g. a run's config.json); unknown fields are an error that names them."
-        return cls(**_known(cls, d))
-
-# %% ../nbs/33_trainer.ipynb #ccee3f5e
-def trl_config(algo:str|Algo="grpo",  # the preset the algorithm's settings change
-               **kw,  # TrainConfig and Algo settings, by rl_notes' names or by TRL GRPOConfig's
-              ) -> TrainConfig:
-    "A `TrainConfig` from settings named as in TRL's `GRPOConfig` or as in rl_notes; an unknown name lists the valid ones."
-    tf, af = [f.name for f in dataclasses.fields(TrainConfig)], [f.name for f in dataclasses.fields(Algo)]
-    is_algo = lambda k: k in af or (k in TRL_NAMES and TRL_NAMES[k].cls == "Algo")
-    a = {k: v for k, v in kw.items() if is_algo(k)}
-    return TrainConfig(algo=get_algo(algo, **a), **from_trl("TrainConfig", tf, {k: v for k, v in kw.items() if not is_algo(k)}))
-
-# %% ../nbs/33_trainer.ipynb #fe337c1d
-class Meter:
-    "Weighted means (and maxima) that reduce exactly across data-parallel processes, and values that are already global."
-    def __init__(self): self.s, self.w, self.mx, self.fixed = {}, {}, {}, {}
-    def add(self, k, v, w=1.0):
-        v, w = float(v) if w else 0.0, float(w)
-        self.s[k] = self.s.get(k, 0.0) + v * w; self.w[k] = self.w.get(k, 0.0) + w
-    def max(self, k, v): self.mx[k] = max(self.mx.get(k, -math.inf), float(v))
-    def put(self, k, v):
-        "A value that is the same on every process (computed over all of them, e.g. an explained variance), reported as is."
-        self.fixed[k] = v
-    def result(self, accelerator=None) -> dict:
-        ks, mk = sorted(self.s), sorted(self.mx)
-        t = torch.tensor([self.s[k] for k in ks] + [self.w[k] for k in ks], dtype=torch.float64)
-        m = torch.tensor([self.mx[k] for k in mk], dtype=torch.float64)
-        if accelerator is not None and accelerator.num_processes > 1:
-            dev = accelerator.device
-            t = accelerator.gather(t.to(dev)[None]).view(accelerator.num_processes, -1).sum(0).cpu()
-            if len(mk): m = accelerator.gather(m.to(dev)[None]).view(accelerator.num_processes, -1).amax(0).cpu()
-        n = len(ks)
-        out = {k: (t[i] / t[n + i]).item() if t[n + i] > 0 else None for i, k in enumerate(ks)}
-        out.update({k: m[i].item() for i, k in enumerate(mk)})
-        return {**out, **self.fixed}
+__all__ = ['LAB_DEFAULTS', 'REAL_MODEL_PARAMS', 'RENAMED_WITH_REWARDS', 'heldout_eval', 'TrainingDiverged', 'seed_everything',
+           'Run', 'preflight', 'content_fingerprints', 'check_content', 'setup', 'PeerFailed', 'together', 'collect',
+           'advantages', 'update', 'heldout', 'eval_due', 'log_row', 'checkpoint', 'value_pretrain_step', 'StopRequest',
+           'TrainResult', 'train']
 
 # %% ../nbs/33_trainer.ipynb #f189dc6a
 def heldout_eval(model, tokenizer,
@@ -532,9 +87,8 @@ class Run:
     rewards: RewardSet|None = None  # scores the responses: the task's verifier or the configured reward functions
     reporter: object = None  # `Reporter` of the main process (TensorBoard / trackio), or None
     content: dict = field(default_factory=dict)  # content sha256 of what the run reads (`content_fingerprints`), kept in each checkpoint
-    sampler: torch.nn.Module|None = None  # the policy's copy that samples when it differs from the learner (`TrainConfig.sampler_dtype`, `sampler_lag`)
-    lagged: list = field(default_factory=list)  # the policy's weights of the last sampler_lag + 1 versions, oldest first
-    kl_ctl: AdaptiveKLController|None = None  # the adaptive KL coefficient (`Algo.kl_target`)
+    sampler: Sampler|None = None  # the policy that samples (`rl_notes.policies.Sampler`): the learner, or a copy in another dtype / lagging
+    reference: Reference|None = None  # the reference of the KL term and its coefficient (`rl_notes.policies.Reference`)
 
     def __post_init__(self):
         acc = self.acc
@@ -548,7 +102,8 @@ class Run:
     @property
     def loss_algo(self) -> Algo:
         "The algorithm the loss reads: beta as the adaptive rule has set it this step."
-        return self.algo if self.kl_ctl is None else dataclasses.replace(self.algo, beta=self.kl_ctl.beta)
+        ctl = None if self.reference is None else self.reference.ctl
+        return self.algo if ctl is None else dataclasses.replace(self.algo, beta=ctl.beta)
     def close(self):
         "Close the reporter and release the run directory's lock."
         if self.reporter is not None: self.reporter.close(); self.reporter = None
@@ -570,9 +125,9 @@ def _warn_tiny_defaults(cfg:TrainConfig, model) -> str|None:
     return msg
 
 # %% ../nbs/33_trainer.ipynb #62645a04
-def _models(cfg:TrainConfig, acc) -> dict:
+def _models(cfg:TrainConfig, acc, model_dir:Path|None=None) -> dict:
     "Policy (and its frozen reference when beta > 0), a critic when the estimator needs one, AdamW for each; prepared by `acc`."
-    with _quiet_hf(): policy, tok = load_model(cfg.model, dtype=cfg.dtype)
+    with _quiet_hf(): policy, tok = load_model(model_dir or cfg.model, dtype=cfg.dtype)   # model_dir: cfg.model resolved (a hub id: its snapshot)
     _warn_tiny_defaults(cfg, policy)
     policy.to(acc.device).train()
     # under LoRA the reference is the same model with its adapters disabled (`_old_ref_logp`), not a copy
@@ -615,30 +170,6 @@ def _data(cfg:TrainConfig, task) -> tuple[list, list, RewardSet]:
         raise ValueError(f"{where} holds {len(train_rows)} training prompts, fewer than TrainConfig.n_prompts ({cfg.n_prompts})")
     return train_rows, test_rows, rewards
 
-# %% ../nbs/33_trainer.ipynb #54df6572
-def dir_problem(path:str) -> str|None:
-    "Why directory `path` cannot be created or written to (a file in the way, no write permission), or None when it can."
-    p = Path(path)
-    while not p.exists() and p.parent != p: p = p.parent          # the nearest part that exists ('file/x' does not exist)
-    if not p.is_dir(): return f"{str(p)!r} is {'a file' if p.is_file() else 'there'}, not a directory"
-    if not os.access(p, os.W_OK | os.X_OK): return f"{str(p)!r} is not writable"
-    return None
-
-# %% ../nbs/33_trainer.ipynb #eed9882e
-def _needed_extras(cfg:TrainConfig) -> dict:
-    "{package: (the setting that needs it, the rl_notes extra that installs it)} of the run `cfg`."
-    need = {"peft": ("TrainConfig.lora_r > 0", "lora")} if cfg.lora_r else {}
-    if cfg.task == "math" and not cfg.reward: need["math_verify"] = ('TrainConfig.task="math"', "math")
-    rep = {"tensorboard": "tensorboard", "trackio": "trackio", "wandb": "wandb"}.get(cfg.report_to)
-    if rep: need[rep] = (f'TrainConfig.report_to="{cfg.report_to}"', rep)
-    return need
-
-def _check_extras(cfg:TrainConfig, find=None):
-    "A ValueError naming the first optional package the run needs that is not installed, and the extra that installs it."
-    find = find or importlib.util.find_spec   # looked up at call time (a test can hide a package)
-    for pkg, (why, extra) in _needed_extras(cfg).items():
-        if find(pkg) is None: raise ValueError(f'{why} needs {pkg}, which is not installed: pip install "rl_notes[{extra}]"')
-
 # %% ../nbs/33_trainer.ipynb #05fd2845
 def _model_config(path:str) -> dict:
     "The fields of a model directory's config.json that the checks read (a multimodal config's `text_config`); {} if unreadable."
@@ -658,12 +189,16 @@ def _prompt_texts(tok, rows:list, where:str) -> list[str]:
                                  f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}") from e
         raise
 
-def preflight(cfg:TrainConfig, train_rows:list, test_rows:list):
+def preflight(cfg:TrainConfig, train_rows:list, test_rows:list,
+              model_dir:Path|None=None,  # cfg.model resolved (`resolve_model`); None: resolved here
+              extras:bool=True,  # check the optional packages (`setup` checks them first, before any data loads)
+             ):
     "Before any weights load: optional packages, the tokenizer against the model, every prompt rendered, empty and too-long prompts, reward weights."
-    _check_extras(cfg)                                                   # optional packages (also checked first by `setup`)
+    if extras: _check_extras(cfg)                                        # optional packages
     if cfg.report_to == "tensorboard" and not cfg.overwrite and (why := dir_problem(tb := os.path.join(cfg.out_dir, "tensorboard"))):
         raise ValueError(f'TrainConfig.report_to="tensorboard" writes to {tb!r}, which cannot be created: {why}')   # --overwrite removes a run's own
-    tok, mc = load_tokenizer(cfg.model), _model_config(cfg.model)
+    d = model_dir or resolve_model(cfg.model, "TrainConfig.model")
+    tok, mc = load_tokenizer(d), _model_config(d)
     V, limit = mc.get("vocab_size"), mc.get("max_position_embeddings") or mc.get("n_positions")
     if isinstance(V, int) and len(tok) > V:
         raise ValueError(f"--model {cfg.model!r}: its tokenizer has {len(tok)} tokens but the model's embedding only {V} rows (vocab_size); "
@@ -688,16 +223,9 @@ def preflight(cfg:TrainConfig, train_rows:list, test_rows:list):
         if x == 0: warnings.warn(f"reward function {reward_spec(s)!r} has weight 0: it is logged but does not change the reward")
 
 # %% ../nbs/33_trainer.ipynb #237cf108
-PATH_FIELDS = ("model", "dataset", "reward", "critic_init")  # compared by content on resume (`content_fingerprints`), not as spelled
-
-def _reward_file(spec) -> tuple[str, str]|None:
-    "(file, function) of a 'path/file.py:function' spec; None for a module spec or a callable."
-    if not isinstance(spec, str): return None
-    target, _, attr = spec.rpartition(":")
-    return (target, attr) if target.endswith(".py") or "/" in target or os.sep in target else None
-
 def content_fingerprints(cfg:TrainConfig,
                          model:bool=True,  # include the model (and critic_init) directory
+                         model_dir:Path|None=None,  # cfg.model resolved (`resolve_model`); None: resolved here
                         ) -> dict:
     "Content sha256 of what the run reads: the dataset, each reward file (a module spec as written), the model's files."
     out = {}
@@ -709,16 +237,9 @@ def content_fingerprints(cfg:TrainConfig,
         rf = _reward_file(s)
         out[f"reward[{i}]"] = f"{content_sha256(rf[0])}:{rf[1]}" if rf and os.path.isfile(rf[0]) else reward_spec(s)
     if model:
-        out["model"] = content_sha256(resolve_model(cfg.model))   # a hub id: its cached snapshot
+        out["model"] = content_sha256(model_dir or resolve_model(cfg.model))   # a hub id: its cached snapshot
         if cfg.critic_init and os.path.isdir(cfg.critic_init): out["critic_init"] = content_sha256(cfg.critic_init)   # a missing one: `load_reward_model` says so
     return out
-
-def _resolved(d:dict) -> dict:
-    "The path fields of a config dict with their paths resolved (a checkpoint without content hashes is compared so)."
-    real = lambda p: os.path.realpath(p) if isinstance(p, str) else p
-    rw = lambda s: (lambda f: f"{real(f[0])}:{f[1]}" if f else s)(_reward_file(s))
-    return {"model": real(d.get("model")), "dataset": real(d.get("dataset")), "critic_init": real(d.get("critic_init")),
-            "reward": [rw(s) for s in d.get("reward") or []]}
 
 def check_content(run:Run, st:dict):
     "Refuse to resume on other content than the checkpoint's (one error naming what changed), unless `accept_changed`."
@@ -732,6 +253,7 @@ def check_content(run:Run, st:dict):
     if cfg.accept_changed: warnings.warn(f"resuming on changed {', '.join(changed)} (accept_changed=True)"); return
     raise CheckpointError(f"cannot resume from {run.ckpt!r} (step {st['step']}): {', '.join(changed)} changed since that checkpoint "
                           f"was written ({k}: {what}); pass --accept-changed (TrainConfig.accept_changed) to continue on the new content, or start a new run")
+
 
 # %% ../nbs/33_trainer.ipynb #3b8fa176
 def _on_main(acc, fn):
@@ -764,69 +286,19 @@ def _open_dir(run:Run):
     run.acc.wait_for_everyone()
 
 # %% ../nbs/33_trainer.ipynb #4623c947
-# the fields of the sampler/learner gap and of the KL's placement. A run that leaves them all at their defaults computes
-# what it computed before they existed, so `rl_notes.lab.lab_key` leaves them out of its key then
-OFFPOLICY_FIELDS = {"TrainConfig": ("sampler_dtype", "sampler_lag", "sampler_temperature"),
-                    "Algo": ("rs", "rs_low", "rs_high", "opsm_delta", "clip_anchor", "kl_in_reward", "kl_target", "kl_horizon",
-                             "ref_reset_every", "ref_mixup_alpha")}
-
-def offpolicy_settings(cfg:TrainConfig) -> dict:
-    "The `OFFPOLICY_FIELDS` that `cfg` sets to values other than their defaults; the algorithm's as 'algo.<field>'."
-    c0, a0 = {f.name: f.default for f in dataclasses.fields(TrainConfig)}, Algo()
-    out = {k: getattr(cfg, k) for k in OFFPOLICY_FIELDS["TrainConfig"] if getattr(cfg, k) != c0[k]}
-    return {**out, **{f"algo.{k}": getattr(cfg.algo, k) for k in OFFPOLICY_FIELDS["Algo"] if getattr(cfg.algo, k) != getattr(a0, k)}}
-
-def sampler_differs(cfg:TrainConfig) -> bool:
-    "Does the policy that samples differ from the one that learns (`sampler_dtype`, `sampler_lag`, `sampler_temperature`)?"
-    return bool(cfg.sampler_dtype or cfg.sampler_lag or (cfg.sampler_temperature is not None and cfg.sampler_temperature != cfg.temperature))
-
-def _state(m) -> dict:
-    "A detached copy of a model's weights (tied weights copied apart, so safetensors can write them)."
-    return {k: v.detach().clone() for k, v in m.state_dict().items()}
-
-def _offpolicy_setup(run:Run):
-    "The sampler's copy of the policy and the lagged weights (`sampler_dtype`, `sampler_lag`), and the adaptive KL rule (`kl_target`)."
-    cfg, a = run.cfg, run.algo
-    if cfg.sampler_dtype or cfg.sampler_lag:
-        dt = getattr(torch, cfg.sampler_dtype) if cfg.sampler_dtype else None
-        run.sampler = copy.deepcopy(run.gen_model).eval().requires_grad_(False).to(dtype=dt)
-        if cfg.sampler_lag: run.lagged = [_state(run.gen_model)]
-    if a.kl_target is not None: run.kl_ctl = AdaptiveKLController(a.beta, a.kl_target, horizon=a.kl_horizon)
-
-def _sampler_model(run:Run):
-    "The model that samples this step: the policy itself, or its copy loaded with the weights of sampler_lag steps ago, in sampler_dtype."
-    if run.sampler is None: return run.gen_model
-    run.sampler.load_state_dict(run.lagged[0] if run.cfg.sampler_lag else run.gen_model.state_dict())   # copy_ casts to its dtype
-    return run.sampler
-
-def _after_update(run:Run, step:int, mt:Meter):
-    "Keep the new weights for the lagged sampler; move the reference when a reset is due."
-    cfg, a = run.cfg, run.algo
-    if cfg.sampler_lag: run.lagged = (run.lagged + [_state(run.gen_model)])[-(cfg.sampler_lag + 1):]
-    if a.ref_reset_every and ref_reset_due(step, a.ref_reset_every):
-        reset_reference(run.gen_model, run.ref, alpha=a.ref_mixup_alpha)
-        mt.add("ref_reset", 1.0, 1)
-
 def _ckpt_extras(run:Run) -> dict:
-    "What a checkpoint keeps besides the models: the content hashes; the adaptive beta, the moved reference, the lagged weights."
-    extra, tensors = {"content": run.content}, {}
-    if run.kl_ctl is not None: extra["kl_beta"] = run.kl_ctl.beta
-    if run.algo.ref_reset_every: tensors["ref"] = _state(run.ref)
-    for k, sd in enumerate(run.lagged): tensors[f"sampler_lag{k}"] = sd
-    if run.lagged: extra["sampler_lagged"] = len(run.lagged)
-    return dict(extra=extra, tensors=tensors or None)
+    "What a checkpoint keeps besides the models: the content hashes, and the union of the reference's and the sampler's states."
+    (rx, rt), (sx, st) = run.reference.state(), run.sampler.state()
+    return dict(extra={"content": run.content, **rx, **sx}, tensors={**rt, **st} or None)
 
 def _ckpt_tensor_names(run:Run, st:dict|None) -> tuple:
     "The extra tensor files that `_ckpt_extras` wrote into the checkpoint whose state is `st`."
-    if st is None: return ()
-    return (("ref",) if run.algo.ref_reset_every else ()) + tuple(f"sampler_lag{k}" for k in range(st.get("extra", {}).get("sampler_lagged", 0)))
+    return () if st is None else run.reference.tensor_names(st) + run.sampler.tensor_names(st)
 
 def _restore_extras(run:Run, st:dict):
     "Put back what `_ckpt_extras` kept."
     ex, ts = st.get("extra", {}), st.get("tensors", {})
-    if run.kl_ctl is not None and "kl_beta" in ex: run.kl_ctl.beta = float(ex["kl_beta"])
-    if "ref" in ts: run.ref.load_state_dict(ts["ref"])
-    if run.cfg.sampler_lag and ex.get("sampler_lagged"): run.lagged = [ts[f"sampler_lag{k}"] for k in range(ex["sampler_lagged"])]
+    run.reference.restore(ex, ts); run.sampler.restore(ex, ts)
 
 
 # %% ../nbs/33_trainer.ipynb #dad13968
@@ -842,16 +314,16 @@ def setup(cfg:TrainConfig,  # the run
     if (cfg.n_prompts // W * cfg.group_size) % cfg.n_minibatches:
         raise ValueError(f"rows per process ({cfg.n_prompts // W * cfg.group_size}) must be divisible by n_minibatches ({cfg.n_minibatches})")
     if not cfg.model or not (os.path.isdir(cfg.model) or is_hub_id(cfg.model)): raise FileNotFoundError(f"model path {cfg.model!r} is not a directory")
-    resolve_model(cfg.model, "TrainConfig.model")   # a hub id not in the cache and offline: one line, before any work
+    model_dir = resolve_model(cfg.model, "TrainConfig.model")   # once; a hub id not in the cache and offline: one line, before any work
     _check_extras(cfg)                              # a missing optional package: one line, before any data or model is loaded
     if cfg.threads: torch.set_num_threads(cfg.threads)
     seed_everything(cfg.seed)
     task = get_task(cfg.task, **cfg.task_kw)
     train_rows, test_rows, rewards = _data(cfg, task)
-    preflight(cfg, train_rows, test_rows)                # what would fail later, found before any weights load
-    run = Run(cfg, accelerator, task, train_rows, test_rows, rewards=rewards, content=content_fingerprints(cfg), **_models(cfg, accelerator))
-    _offpolicy_setup(run)
-    render_prompts(run.tok, [train_rows[0]["prompt"]])   # chat messages and a tokenizer without a chat template: refused before any work
+    preflight(cfg, train_rows, test_rows, model_dir, extras=False)   # what would fail later (every prompt rendered), before any weights load
+    run = Run(cfg, accelerator, task, train_rows, test_rows, rewards=rewards, content=content_fingerprints(cfg, model_dir=model_dir),
+              **_models(cfg, accelerator, model_dir))
+    run.sampler, run.reference = Sampler(cfg, run.gen_model), Reference(cfg, run.ref)   # the policies beside the learner
     try: _open_dir(run)
     except BaseException: run.close(); raise
     return run
@@ -914,8 +386,8 @@ def collect(run:Run, step:int, mt:Meter) -> Batch:
         idx = np.random.default_rng(_mix(cfg.seed, step, rnd)).choice(len(run.train_rows), cfg.n_prompts, replace=False)
         if cfg.shard_rollouts: idx = idx[run.rank * need:(run.rank + 1) * need]
         exs = [run.train_rows[i] for i in idx]
-        with _sampling(run): ro = generate(_sampler_model(run), run.tok, [e["prompt"] for e in exs], group_size=G, max_new_tokens=cfg.max_new_tokens,
-                      temperature=cfg.sampler_temperature or cfg.temperature, seed=_mix(cfg.seed, step, rnd, run.rank if cfg.shard_rollouts else 0))
+        with _sampling(run): ro = generate(run.sampler.model(run.gen_model), run.tok, [e["prompt"] for e in exs], group_size=G, max_new_tokens=cfg.max_new_tokens,
+                      temperature=run.sampler.temperature, seed=_mix(cfg.seed, step, rnd, run.rank if cfg.shard_rollouts else 0))
         t1 = time.time()
         sc = run.rewards.score(exs, ro.response_text, G)    # reward (B,), per function (B,) each, parsed (B,) or None; on the CPU
         reward, parsed = sc["reward"], sc["parsed"]
@@ -971,10 +443,9 @@ def advantages(run:Run, batch:Batch, mt:Meter) -> Batch:
     t0 = time.time()
     if run.critic is not None:
         with torch.no_grad(): batch.values = _values(run.critic, batch.ro)
-    if run.algo.kl_in_reward:   # PPO-RLHF: r_t = R 1[t = |y|] - beta k_t with the sampler's log-probs; group estimators see the sum
-        batch.ref_logp = _ref_logp(run, batch.ro)
-        batch.kl_reward = kl_shaped_rewards(torch.zeros_like(batch.score), batch.ro.old_logp, batch.ref_logp, batch.mask,
-                                            beta=run.loss_algo.beta, kind=run.algo.kl)
+    if run.reference.in_reward:   # PPO-RLHF: r_t = R 1[t = |y|] - beta k_t with the sampler's log-probs; group estimators see the sum
+        batch.ref_logp = run.reference.logp(run.policy, run.gen_model, batch.ro)
+        batch.kl_reward = run.reference.reward(batch.score, batch.ro, batch.ref_logp, batch.mask)
         if run.critic is None: batch.score = batch.score + batch.kl_reward.sum(-1)
         mt.add("kl_reward", batch.kl_reward.sum(-1).mean(), len(batch.score))
     # sharded rollouts: each process holds its own rows, so whitening sums over the processes; unsharded, each holds the whole batch
@@ -995,21 +466,13 @@ def _set_lr(run:Run, step:int, mt:Meter):
             for pg in o.param_groups: pg["lr"] = lr * warm
     mt.add("lr", cfg.lr * warm, 1)
 
-def _ref_logp(run:Run, ro:Rollout) -> torch.Tensor|None:
-    "Log-probs (B, T) of the responses under the reference (None when beta == 0); under LoRA the base weights with the adapters off."
-    with torch.no_grad():
-        if run.cfg.lora_r and run.algo.beta > 0:
-            with run.gen_model.disable_adapter(): return response_logprobs(run.policy, ro, run.cfg.temperature)
-        return response_logprobs(run.ref, ro, run.cfg.temperature) if run.ref is not None else None
-
 def _old_ref_logp(run:Run, batch:Batch, mt:Meter):
     "Log-probs (B, T) before the update (needed with several optimizer steps per batch, or a sampler that is not the learner) and under the reference (beta > 0)."
     cfg = run.cfg
-    t0, multi = time.time(), cfg.ppo_epochs * cfg.n_minibatches > 1 or sampler_differs(cfg)
-    if run.algo.clip_anchor == "sampler": old = batch.ro.old_logp                 # coupled PPO: the ratio is pi / mu
-    else:
-        with torch.no_grad(): old = response_logprobs(run.policy, batch.ro, cfg.temperature) if multi else None
-    ref = batch.ref_logp if batch.ref_logp is not None else _ref_logp(run, batch.ro)
+    t0 = time.time()
+    old = run.sampler.old_logp(lambda: response_logprobs(run.policy, batch.ro, cfg.temperature), batch.ro,
+                               needed=cfg.ppo_epochs * cfg.n_minibatches > 1)
+    ref = batch.ref_logp if batch.ref_logp is not None else run.reference.logp(run.policy, run.gen_model, batch.ro)
     mt.add("time_old_ref", time.time() - t0, 1)
     return old, ref
 
@@ -1050,30 +513,6 @@ def _dp_global(run:Run, loss:torch.Tensor, global_mean:bool=True) -> torch.Tenso
     # DDP averages the W processes' gradients; a loss already divided by the global count needs their sum, hence times W
     return loss * run.W if global_mean else loss
 
-def _policy_step(run:Run, step:int, mb:Batch, old_logp, ref_logp, n_tok:float, n_pos:float, mt:Meter):
-    "One policy update on minibatch `mb`: the per-token modifiers, the algorithm's loss (`POLICY_LOSSES`), plus VAPO's LM loss on correct responses."
-    cfg, algo, m = run.cfg, run.loss_algo, mb.loss_mask
-    if cfg.micro_batch_size and cfg.micro_batch_size < len(mb.ro): return _policy_step_micro(run, step, mb, old_logp, ref_logp, n_tok, n_pos, mt)
-    logp, ent = response_logprobs(run.policy, mb.ro, cfg.temperature, with_entropy=True)          # (b, T), (b, T)
-    old = logp.detach() if old_logp is None else old_logp
-    adv, keep = modify_tokens(algo, Tokens(logp.detach(), old, mb.ro.old_logp, ent.detach(), mb.adv, m, run.gather, run.reduce))
-    lp = logp if keep is None else torch.where(keep, logp, logp.detach())                        # outside `keep`: no gradient
-    tm = algo.agg == "token-mean"                                                                # divided by the global token count
-    loss, pm = POLICY_LOSSES[algo.loss](algo, lp, old, ref_logp, adv, m, max_tokens=cfg.max_new_tokens,
-                                        global_tokens=max(n_tok, 1.0) if tm else None, reduce=run.reduce)
-    total = _dp_global(run, loss, tm)
-    if algo.mu > 0:
-        if n_pos > 0:   # no correct response on any process: no LM term
-            lm, lmm = positive_lm_loss(logp, m, mb.correct, mu=algo.mu, global_tokens=n_pos)
-            total = total + _dp_global(run, lm)
-            mt.add("lm_loss", _dp_global(run, lmm["nll"]), 1)
-        mt.add("lm_loss", 0.0, 0)
-    gn = _optimizer_step(run, step, "policy", run.policy, run.opt, total)
-    w = float(m.sum())
-    mt.add("loss", _dp_global(run, loss.detach(), tm), 1); mt.add("grad_norm", gn, 1); mt.add("entropy", masked_mean(ent.detach(), m), w)
-    for k in ("clipfrac", "clipfrac_low", "clipfrac_high", "approx_kl", "ratio_mean"): mt.add(k, pm[k], w)
-    mt.add("kl_ref", pm.get("kl", 0.0), w if "kl" in pm else 0)
-
 def _critic_step(run:Run, step:int, mb:Batch, mask:torch.Tensor, n_tok:float, mt:Meter):
     "One critic update on `mb`: the value loss to `mb.returns`, a token mean over all processes; returns (values (b, T), grad norm)."
     values = _values(run.critic, mb.ro)                                       # (b, T)
@@ -1099,27 +538,29 @@ def _minibatch_tokens(run:Run, mb:Batch, parts:list):
         lp, en = zip(*(response_logprobs(run.policy, mb.rows(torch.arange(s.start, s.stop)).ro, cfg.temperature, with_entropy=True) for s in parts))
     return torch.cat(lp), torch.cat(en)
 
-def _policy_step_micro(run:Run, step:int, mb:Batch, old_logp, ref_logp, n_tok:float, n_pos:float, mt:Meter):
-    "`_policy_step` over micro-batches of `micro_batch_size` rows: each one's share of the loss back-propagated, then one optimizer step."
+def _policy_step(run:Run, step:int, mb:Batch, old_logp, ref_logp, n_tok:float, n_pos:float, mt:Meter):
+    "One policy update on minibatch `mb`, whole or in micro-batches of `micro_batch_size` rows (each one's share of the loss back-propagated): the per-token modifiers, the algorithm's loss (`POLICY_LOSSES`), VAPO's LM loss on correct responses, then one optimizer step."
     cfg, algo, B = run.cfg, run.loss_algo, len(mb.ro)
-    parts = [slice(s, min(s + cfg.micro_batch_size, B)) for s in range(0, B, cfg.micro_batch_size)]
-    tm = algo.agg == "token-mean"
-    pre = _minibatch_tokens(run, mb, parts)
+    k = cfg.micro_batch_size if cfg.micro_batch_size and cfg.micro_batch_size < B else B
+    parts = [slice(s, min(s + k, B)) for s in range(0, B, k)]
+    one, tm = len(parts) == 1, algo.agg == "token-mean"                         # tm: divided by the global token count
+    pre = None if one else _minibatch_tokens(run, mb, parts)                   # a modifier that ranks tokens over the whole minibatch
     if pre is not None:
         old_all = pre[0] if old_logp is None else old_logp
         adv_all, keep_all = modify_tokens(algo, Tokens(pre[0], old_all, mb.ro.old_logp, pre[1], mb.adv, mb.loss_mask, run.gather, run.reduce))
-    total, lm_total = 0.0, 0.0
+    total, pg_total, lm_total = 0.0, 0.0, 0.0
     for s in parts:
-        c = mb.rows(torch.arange(s.start, s.stop))
+        c = mb if one else mb.rows(torch.arange(s.start, s.stop))
         logp, ent = response_logprobs(run.policy, c.ro, cfg.temperature, with_entropy=True)            # (b, T), (b, T)
         old = logp.detach() if old_logp is None else old_logp[s]
         if pre is None: adv, keep = modify_tokens(algo, Tokens(logp.detach(), old, c.ro.old_logp, ent.detach(), c.adv, c.loss_mask, run.gather, run.reduce))
         else: adv, keep = adv_all[s], None if keep_all is None else keep_all[s]
-        lp = logp if keep is None else torch.where(keep, logp, logp.detach())
+        lp = logp if keep is None else torch.where(keep, logp, logp.detach())                      # outside `keep`: no gradient
         loss, pm = POLICY_LOSSES[algo.loss](algo, lp, old, None if ref_logp is None else ref_logp[s], adv, c.loss_mask, max_tokens=cfg.max_new_tokens,
                                             global_tokens=max(n_tok, 1.0) if tm else None, reduce=run.reduce)
-        part = _dp_global(run, loss * _micro_share(algo, c.loss_mask, mb.loss_mask), tm)
-        if algo.mu > 0 and n_pos > 0:
+        part = _dp_global(run, loss * (1.0 if one else _micro_share(algo, c.loss_mask, mb.loss_mask)), tm)
+        pg_total += float(part.detach())
+        if algo.mu > 0 and n_pos > 0:   # no correct response on any process: no LM term
             lm, lmm = positive_lm_loss(logp, c.loss_mask, c.correct, mu=algo.mu, global_tokens=n_pos)
             part = part + _dp_global(run, lm); lm_total += float(_dp_global(run, lmm["nll"]))
         run.acc.backward(part)
@@ -1131,10 +572,10 @@ def _policy_step_micro(run:Run, step:int, mb:Batch, old_logp, ref_logp, n_tok:fl
     if algo.mu > 0:
         if n_pos > 0: mt.add("lm_loss", lm_total, 1)
         mt.add("lm_loss", 0.0, 0)
-    lm_part = lm_total if algo.mu > 0 and n_pos > 0 else 0.0
     gn = _optimizer_step(run, step, "policy", run.policy, run.opt, torch.tensor(total), backward=False)
-    mt.add("loss", total - lm_part, 1); mt.add("grad_norm", gn, 1)
-    mt.add("micro_batches", len(parts), 1)
+    mt.add("loss", pg_total, 1); mt.add("grad_norm", gn, 1)
+    if not one: mt.add("micro_batches", len(parts), 1)
+
 
 # %% ../nbs/33_trainer.ipynb #68e6c920
 def _explained_var(run:Run, values:list, returns:list, masks:list) -> float|None:
@@ -1146,9 +587,8 @@ def update(run:Run, step:int, batch:Batch, mt:Meter):
     "`ppo_epochs` passes of `n_minibatches` optimizer steps over the batch: the policy's loss and (with a critic) the value loss."
     _set_lr(run, step, mt)
     old_logp, ref_logp = _old_ref_logp(run, batch, mt)
-    if sampler_differs(run.cfg) and run.algo.clip_anchor == "learner":   # the gap as the learner sees it, before any update
-        for k, v in mismatch_metrics(old_logp, batch.ro.old_logp, batch.mask).items(): mt.add(f"mismatch/{k}", v, 1)
-    loss_ref = None if run.algo.kl_in_reward else ref_logp                  # the KL is in the reward, or in the loss
+    run.sampler.log_gap(old_logp, batch.ro, batch.mask, mt)                 # the gap as the learner sees it, before any update
+    loss_ref = run.reference.loss_logp(ref_logp)                            # the KL is in the reward, or in the loss
     t0, pooled = time.time(), dict(values=[], returns=[], masks=[])
     for idx, n_tok, n_pos in _minibatches(run, step, batch):
         mb = batch.rows(idx)
@@ -1159,115 +599,9 @@ def update(run:Run, step:int, batch:Batch, mt:Meter):
             mt.add("value_grad_norm", vgn, 1)
             pooled["values"].append(values); pooled["returns"].append(mb.returns); pooled["masks"].append(mb.loss_mask)
     if run.critic is not None: mt.put("explained_var", _explained_var(run, **pooled))
-    if run.kl_ctl is not None:   # the adaptive rule, on the samples' mean per-token k1 to the reference (over all processes)
-        s = torch.stack([((batch.ro.old_logp - ref_logp) * batch.mask).sum(), batch.mask.sum()]).double()
-        if run.reduce is not None: s = run.reduce(s)
-        kl = float(s[0] / s[1].clamp(min=1))
-        mt.add("kl_beta", run.kl_ctl.beta, 1); mt.add("kl_sample", kl, 1)
-        run.kl_ctl.update(kl, run.cfg.n_prompts * run.cfg.group_size)
-    _after_update(run, step, mt)
+    run.reference.adapt(batch.ro, ref_logp, batch.mask, run.cfg.n_prompts * run.cfg.group_size, run.reduce, mt)   # beta toward kl_target
+    run.sampler.after_update(run.gen_model); run.reference.after_update(step, run.gen_model, mt)
     mt.add("time_update", time.time() - t0, 1)
-
-# %% ../nbs/33_trainer.ipynb #b181f79f
-def _wandb_run(out_dir:str, config:dict):
-    "A W&B run (project $WANDB_PROJECT, else rl_notes) named after the run directory, files under out_dir/wandb; `WANDB_MODE=offline` writes only there."
-    try: import wandb  # heavy: loads wandb, an optional extra
-    except ImportError: raise ValueError('TrainConfig.report_to="wandb" needs wandb: pip install "rl_notes[wandb]"') from None
-    run = wandb.init(project=os.environ.get("WANDB_PROJECT", "rl_notes"), name=Path(out_dir).resolve().name, dir=out_dir, config=config)
-    run.define_metric("step"); run.define_metric("value_pretrain/vp_step")
-    for g in ("train/*", "eval/*"): run.define_metric(g, step_metric="step")
-    run.define_metric("value_pretrain/*", step_metric="value_pretrain/vp_step")
-    return run
-
-# %% ../nbs/33_trainer.ipynb #196b9e29
-class Reporter:
-    "Metric rows sent, besides metrics.jsonl, to TensorBoard, trackio or W&B (the main process only)."
-    def __init__(self,
-                 kind:str,  # "tensorboard", "trackio" or "wandb"
-                 out_dir:str,  # the run directory (TensorBoard writes out_dir/tensorboard; trackio names its run after it)
-                 config:dict,  # the run's config, stored with a trackio run
-                ):
-        self.kind = kind
-        if kind == "tensorboard":
-            try: from torch.utils.tensorboard import SummaryWriter  # heavy: loads tensorboard, an optional extra
-            except ImportError: raise ValueError('TrainConfig.report_to="tensorboard" needs tensorboard: pip install "rl_notes[tensorboard]"') from None
-            self.writer = SummaryWriter(log_dir=os.path.join(out_dir, "tensorboard"))
-        elif kind == "trackio":
-            try: import trackio  # heavy: loads trackio, an optional extra
-            except ImportError: raise ValueError('TrainConfig.report_to="trackio" needs trackio: pip install "rl_notes[trackio]"') from None
-            self.writer = trackio
-            trackio.init(project="rl_notes", name=Path(out_dir).resolve().name, config=config, resume="allow",
-                         auto_log_gpu=False, auto_log_cpu=False)
-        elif kind == "wandb": self.writer = _wandb_run(out_dir, config)
-        else: raise ValueError(f"`kind` must be 'tensorboard', 'trackio' or 'wandb', got {kind!r}")
-
-    def log(self, row:dict):
-        "Send the numbers of one metric row at its step: held-out ones under `eval/`, the others under `train/` (VAPO's value pre-training under `value_pretrain/`, at its own step)."
-        vp = row.get("phase") == "value_pretrain"
-        step = int(row["vp_step"] if vp else row["step"])
-        nums = {("value_pretrain/" if vp else "eval/" if k.startswith("heldout") else "train/") + k: float(v) for k, v in row.items()
-                if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in ("step", "vp_step")}
-        if self.kind == "tensorboard":
-            for k, v in nums.items(): self.writer.add_scalar(k, v, step)
-            self.writer.flush()
-        elif self.kind == "wandb": self.writer.log({**nums, ("value_pretrain/vp_step" if vp else "step"): step})   # each its own x-axis
-        else: self.writer.log(nums, step=step)
-
-    def close(self):
-        "Flush and close (TensorBoard), or finish the trackio run."
-        if self.kind == "tensorboard": self.writer.close()
-        else: self.writer.finish()
-
-# %% ../nbs/33_trainer.ipynb #66877119
-MODEL_DIR = "model"  # the Hugging Face model directory under out_dir (written at each checkpoint and at the end)
-
-def final_metrics(rows:list[dict]) -> dict:
-    "The last value of each numeric metric over a run's rows (VAPO's value pre-training rows and timings left out)."
-    out = {}
-    for r in rows:
-        if r.get("phase") is None:
-            out.update({k: v for k, v in r.items() if isinstance(v, (int, float)) and not isinstance(v, bool) and not k.startswith("time")})
-    return out
-
-def model_card(cfg:TrainConfig, rows:list[dict], step:int) -> str:
-    "The README.md of an exported model: base model, algorithm, data, rewards, final metrics and the full config."
-    d, adapter = cfg.to_dict(), bool(cfg.lora_r) and cfg.save_adapter
-    data = f"`{d['dataset']}`" if d["dataset"] else f"the prompts of task `{cfg.task}` {cfg.task_kw or ''}"
-    w = cfg.reward_weights or [1.0] * len(d["reward"] or [])
-    rewards = ", ".join(f"`{r}` (weight {x:g})" for r, x in zip(d["reward"], w)) if d["reward"] else f"the verifier of task `{cfg.task}`"
-    weights = ("a LoRA adapter (peft) on the base model" if adapter else
-               f"full weights (LoRA r={cfg.lora_r} merged)" if cfg.lora_r else "full weights")
-    metrics = "\n".join(f"| {k} | {v:.4g} |" for k, v in sorted(final_metrics(rows).items()) if k != "step")
-    return "\n".join(["---", f"library_name: {'peft' if adapter else 'transformers'}", f"tags: [rl_notes, reinforcement-learning, {cfg.algo.name}]",
-                      "---", "", f"# {Path(cfg.out_dir).resolve().name}", "",
-                      f"A causal LM trained with rl_notes: {cfg.algo.name} for {step} steps from `{cfg.model}`; {weights}.", "",
-                      f"- data: {data}", f"- rewards: {rewards}",
-                      f"- per step: {cfg.n_prompts} prompts x {cfg.group_size} responses of at most {cfg.max_new_tokens} tokens, lr {cfg.lr:g}", "",
-                      "```python", "from transformers import AutoModelForCausalLM, AutoTokenizer",
-                      'model = AutoModelForCausalLM.from_pretrained("path/to/this/directory")',
-                      'tokenizer = AutoTokenizer.from_pretrained("path/to/this/directory")', "```", "",
-                      "## Final metrics", "", "| metric | value |", "|---|---|", metrics, "",
-                      "## Config", "", "```json", json.dumps(d, indent=1, default=str), "```", ""])
-
-def export_model(run:Run, step:int,
-                 path:str|Path|None=None,  # default out_dir/model (`MODEL_DIR`)
-                ) -> Path:
-    "Write the policy as a Hugging Face model directory (main process; swapped in whole): weights, config, tokenizer, model card."
-    path = Path(path or Path(run.cfg.out_dir) / MODEL_DIR)
-    if not run.main: return path
-    cfg, m = run.cfg, run.gen_model
-    tmp, old = path.with_name(path.name + ".tmp"), path.with_name(path.name + ".old")
-    for p in (tmp, old): shutil.rmtree(p, ignore_errors=True)
-    if cfg.lora_r and not cfg.save_adapter: m = copy.deepcopy(m).merge_and_unload()   # the training model keeps its adapters
-    use_cache, m.config.use_cache = m.config.use_cache, True          # gradient checkpointing turned it off for training only
-    try:
-        with _quiet_hf(): m.save_pretrained(tmp, safe_serialization=True)
-    finally: m.config.use_cache = use_cache
-    run.tok.save_pretrained(tmp)
-    (tmp / "README.md").write_text(model_card(cfg, run.rows, step))
-    if path.exists(): path.rename(old)
-    tmp.rename(path); shutil.rmtree(old, ignore_errors=True)
-    return path
 
 # %% ../nbs/33_trainer.ipynb #7c43f149
 def heldout(run:Run) -> dict:
@@ -1353,6 +687,16 @@ def _diverged_at(run:Run, step):
     try: yield
     except NonFiniteLogits as e: raise TrainingDiverged(f"training diverged at step {step}: {e}; {_kept(run)}") from None
 
+@contextlib.contextmanager
+def _marked(step:int):
+    "An exception raised during `step` carries it as `e.step` (the command line names the step in its one-line message)."
+    try: yield
+    except BaseException as e:
+        if getattr(e, "step", None) is None:
+            try: e.step = step
+            except AttributeError: pass   # an exception type that takes no attributes
+        raise
+
 def _first_rows(run:Run):
     "The step-0 row (held-out accuracy of the initial policy), then VAPO's value pre-training, a row per step."
     with _diverged_at(run, 0): log_row(run, {"step": 0, "algo": run.algo.name, **heldout(run)})
@@ -1366,18 +710,20 @@ def train(cfg:TrainConfig,  # the run
          ) -> TrainResult:  # the metric rows of this run (a list; also in out_dir/metrics.jsonl) and the paths of its files
     "Run (or resume) RL training; writes metrics.jsonl, config.json and checkpoints under `cfg.out_dir`."
     with setup(cfg, accelerator) as run, StopRequest(run.W == 1) as stop:   # data parallel: Ctrl-C stops every process at once, as before
-        if run.start == 0: _first_rows(run)
+        if run.start == 0:
+            with _marked(0): _first_rows(run)
         bar = tqdm(range(run.start + 1, cfg.steps + 1), desc=run.algo.name, disable=not (cfg.progress and run.main),
                    initial=run.start, total=cfg.steps)
         for step in bar:
-            t0, mt = time.time(), Meter()
-            with _diverged_at(run, step):
-                batch = advantages(run, collect(run, step, mt), mt)   # rollout, rewards, advantages
-                update(run, step, batch, mt)                          # losses and optimizer steps
-                row = {"step": step, **mt.result(run.acc), **(heldout(run) if eval_due(cfg, step) else {})}
-            log_row(run, {**row, "time_step": time.time() - t0})
-            bar.set_postfix({k: f"{row[k]:.2f}" for k in ("acc", "resp_len", "heldout_acc") if row.get(k) is not None})
-            checkpoint(run, step)
-            if stop.asked: _stop(run, step)
-            if cfg.stop_at is not None and step >= cfg.stop_at: break
+            with _marked(step):
+                t0, mt = time.time(), Meter()
+                with _diverged_at(run, step):
+                    batch = advantages(run, collect(run, step, mt), mt)   # rollout, rewards, advantages
+                    update(run, step, batch, mt)                          # losses and optimizer steps
+                    row = {"step": step, **mt.result(run.acc), **(heldout(run) if eval_due(cfg, step) else {})}
+                log_row(run, {**row, "time_step": time.time() - t0})
+                bar.set_postfix({k: f"{row[k]:.2f}" for k in ("acc", "resp_len", "heldout_acc") if row.get(k) is not None})
+                checkpoint(run, step)
+                if stop.asked: _stop(run, step)
+                if cfg.stop_at is not None and step >= cfg.stop_at: break
         return TrainResult(run.rows, cfg.out_dir)

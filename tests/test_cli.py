@@ -43,7 +43,7 @@ def test_options_are_the_config_fields():
     import dataclasses
     from rl_notes.cli import PRESET_NAMES, SFT_HAND, TRAIN_HAND, _parser, config_fields
     from rl_notes.sft import SFTConfig
-    from rl_notes.trainer import PRESETS, TrainConfig
+    from rl_notes.trainconfig import PRESETS, TrainConfig
     assert list(PRESET_NAMES) == sorted(PRESETS)
     for C, hand, cmd in ((TrainConfig, TRAIN_HAND, "train"), (SFTConfig, SFT_HAND, "sft")):
         q = _parser(cmd)._subparsers._group_actions[0].choices[cmd]

@@ -171,7 +171,7 @@ def test_resume_compares_content_not_spelling(world, tmp_path, capsys, monkeypat
 
 def test_lab_cache_keys_on_content(world, tmp_path):
     from rl_notes.lab import _lab_key, lab_key
-    from rl_notes.trainer import TrainConfig
+    from rl_notes.trainconfig import TrainConfig
     data = tmp_path / "chat.jsonl"; shutil.copy(world / "chat.jsonl", data)
     cfg = TrainConfig(model=str(world / "model"), dataset=str(data), reward=[f"{world}/rewards.py:says"])
     k = _lab_key(cfg, "code")

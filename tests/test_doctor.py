@@ -340,7 +340,8 @@ def test_real_rl_notes_runs(tmp_path):
     "rl_notes' own trainer (DAPO and PPO, 8 steps on a micro model): every name it logs is mapped or known, and the doctor reads it."
     from rl_notes.lab import sft_warm_start
     from rl_notes.sft import SFTConfig
-    from rl_notes.trainer import TrainConfig, train, get_algo
+    from rl_notes.trainconfig import TrainConfig, get_algo
+    from rl_notes.trainer import train
     m = str(sft_warm_start("addition", SFTConfig(model_cfg=dict(hidden_size=32, num_layers=1, heads=2), steps=60, batch_size=32, eval_n=0,
                            n_train=2000), cache_dir=tmp_path / "sft", progress=False, max_digits=2, scratchpad=False))
     for algo, kw in (("dapo", dict(cache_len=2)), ("ppo", {})):

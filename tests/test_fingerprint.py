@@ -4,8 +4,8 @@ import pytest, torch
 from rl_notes import trainer, fingerprint as fpm
 from rl_notes.fingerprint import (fingerprint, rows_key, behaviour_key, fingerprint_memo, coverage, inert, micro_model, RL_RUNS,
                                   NOT_BEHAVIOUR, KINDS, OFFPOLICY_RUNS, rl_config_kw)
-from rl_notes.trainer import offpolicy_settings
-from rl_notes.trainer import Algo, TrainConfig, PRESETS, RUN_CONTROL
+from rl_notes.trainconfig import offpolicy_settings
+from rl_notes.trainconfig import Algo, TrainConfig, PRESETS, RUN_CONTROL
 
 RUNS = ["grpo", "ppo"]  # the subset the tests compute: a group estimator with the clipped loss, and GAE with a critic
 

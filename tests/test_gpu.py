@@ -1,7 +1,9 @@
 "CUDA: two steps of every preset with the whole batch on the GPU (skipped without CUDA; run it whenever a GPU is available)."
 import dataclasses, math
 import pytest, torch
-from rl_notes.trainer import PRESETS, TrainConfig, Meter, get_algo, setup, collect, advantages, train
+from rl_notes.trainconfig import PRESETS, TrainConfig, get_algo
+from rl_notes.report import Meter
+from rl_notes.trainer import setup, collect, advantages, train
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: checks that the trainer keeps every tensor on the GPU")
 

@@ -5,7 +5,8 @@ import torch
 from hypothesis import given, settings, strategies as st
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from rl_notes.tasks import CHARS, get_task, parse_expression
+from rl_notes.tasks import get_task, parse_expression
+from rl_notes.trainconfig import CHARS
 from rl_notes.models import build_tokenizer, tiny_llama, load_model
 from rl_notes.sft import SFTConfig
 from rl_notes.lab import sft_warm_start
@@ -267,7 +268,7 @@ def test_pickle_weights_are_refused(tmp_path, saved):
 def test_lab_runs_cache_and_resume(tmp_path, monkeypatch):
     import subprocess, sys, shutil
     from rl_notes.lab import lab_runs, lab_key, lab_done, LAB_LOCK
-    from rl_notes.trainer import TrainConfig
+    from rl_notes.trainconfig import TrainConfig
     from rl_notes.cache import cache_dir
     from rl_notes.rundir import RunLock
     from rl_notes.fingerprint import behaviour_key

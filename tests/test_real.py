@@ -9,7 +9,8 @@ import torch
 
 from rl_notes.cli import main
 from rl_notes.models import save_tiny_chat_model
-from rl_notes.trainer import TrainConfig, train
+from rl_notes.trainconfig import TrainConfig
+from rl_notes.trainer import train
 
 QUESTIONS = [("What is 2+3?", "5"), ("What is 7-4?", "3"), ("Name a colour.", "red"), ("What is 6*2?", "12"),
              ("Say hello.", "hello"), ("What is 9+1?", "10"), ("Spell cat.", "cat"), ("What is 5*5?", "25")]
@@ -131,7 +132,8 @@ def test_report_to_tensorboard_and_trackio(world, tmp_path, monkeypatch):
     assert [e.step for e in ea.Scalars("train/loss")] == [1, 2]
     # trackio keeps its runs in $TRACKIO_DIR, read when trackio is imported: a fresh process
     code = textwrap.dedent(f"""
-        from rl_notes.trainer import TrainConfig, train
+        from rl_notes.trainconfig import TrainConfig
+        from rl_notes.trainer import train
         train(TrainConfig(model={str(model)!r}, dataset={str(root / 'chat.jsonl')!r}, reward=[{f'{root}/rewards.py:says_answer'!r}],
                           steps=2, n_prompts=2, group_size=4, max_new_tokens=8, n_eval=0, out_dir={str(tmp_path / 'tk')!r},
                           progress=False, threads=1, report_to="trackio"))

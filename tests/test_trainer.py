@@ -2,8 +2,10 @@
 import json, math, os, random, shutil
 import numpy as np, pytest, torch
 from hypothesis import given, settings, strategies as st
-from rl_notes.trainer import (TrainConfig, Algo, train, get_algo, setup, Meter, TrainingDiverged, PRESETS, ADVANTAGE_ESTIMATORS,
-                              POLICY_LOSSES, RUN_CONTROL)
+from rl_notes.trainconfig import TrainConfig, Algo, get_algo, PRESETS, RUN_CONTROL
+from rl_notes.trainer import train, setup, TrainingDiverged
+from rl_notes.report import Meter
+from rl_notes.algo import ADVANTAGE_ESTIMATORS, POLICY_LOSSES
 from rl_notes.configs import ConfigError
 from rl_notes.rundir import MetricsLog, RunLock
 from rl_notes.checkpoint import CheckpointError, read_state, rng_state, set_rng_state, optim_to_safetensors, optim_from_safetensors

@@ -104,7 +104,8 @@ def test_micro_batches_give_the_same_step(tmp_path, micro_sft, kw):
     if kw.get("lora_r"): pytest.importorskip("peft")
     import torch
     from safetensors.torch import load_file
-    from rl_notes.trainer import TrainConfig, get_algo, train
+    from rl_notes.trainconfig import TrainConfig, get_algo
+    from rl_notes.trainer import train
     base = dict(model=micro_sft, algo=get_algo("grpo", beta=0.1), task_kw=dict(max_digits=2, scratchpad=False), steps=1, n_prompts=4,
                 group_size=4, max_new_tokens=4, lr=1e-3, n_eval=0, n_train=64, progress=False, threads=1, **kw)
     runs = {m: train(TrainConfig(out_dir=str(tmp_path / f"m{m}"), micro_batch_size=m, **base)) for m in (None, 3, 16)}
@@ -136,7 +137,7 @@ def test_loss_rough_edges():
 
 
 def test_trl_names_and_unknown_fields():
-    from rl_notes.trainer import get_algo, trl_config
+    from rl_notes.trainconfig import get_algo, trl_config
     c = trl_config(model="m", num_generations=4, max_completion_length=64, learning_rate=1e-6, beta=0.0, epsilon=0.2, loss_type="dr_grpo",
                    scale_rewards="none", num_iterations=2, per_device_train_batch_size=8, temperature=0.7, top_p=1.0, top_k=0)
     assert (c.group_size, c.max_new_tokens, c.lr, c.ppo_epochs, c.micro_batch_size, c.temperature) == (4, 64, 1e-6, 2, 8, 0.7)
@@ -151,7 +152,8 @@ def test_wandb_reporter_offline(tmp_path, micro_sft, monkeypatch):
     "report_to='wandb' under W&B's offline mode: a run in out_dir/wandb, the rows under train/ and eval/ against `step`."
     pytest.importorskip("wandb")
     monkeypatch.setenv("WANDB_MODE", "offline"); monkeypatch.setenv("WANDB_SILENT", "true")
-    from rl_notes.trainer import TrainConfig, train
+    from rl_notes.trainconfig import TrainConfig
+    from rl_notes.trainer import train
     rows = train(TrainConfig(model=micro_sft, task_kw=dict(max_digits=2, scratchpad=False), steps=2, n_prompts=2, group_size=2,
                              max_new_tokens=4, n_eval=4, eval_every=1, n_train=64, progress=False, threads=1, report_to="wandb",
                              out_dir=str(tmp_path / "run")))
