@@ -336,6 +336,7 @@ tr.train(); tr.save_state()
 
 
 @pytest.mark.slow   # about 45 s on a busy 2-core CPU (the session's micro SFT start, then two 8-step runs): `-m "not slow"` skips it
+@pytest.mark.many_runs
 def test_real_rl_notes_runs(tmp_path, micro_sft):
     "rl_notes' own trainer (DAPO and PPO, 8 steps on the micro SFT model of conftest.py): every name it logs is mapped or known, and the doctor reads it."
     from rl_notes.trainer import TrainConfig, train, get_algo
