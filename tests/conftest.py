@@ -1,18 +1,32 @@
-"""Fixtures shared by the test files: the micro SFT checkpoint (built once per session) and tiny random Llama models."""
+"""Fixtures shared by the test files: the micro SFT checkpoint (built once per session) and tiny random Llama models; the
+markers of the tests that take long (`pytest -m "not torchrun and not many_runs"` for a quick pass; `make test` runs them all)."""
 import pytest
+
+MARKERS = {
+    "slow": "a test of tens of seconds that runs a real trainer (`-m \"not slow\"` skips it)",
+    "torchrun": "launches processes with torchrun (two CPU processes over gloo; tens of seconds each)",
+    "many_runs": "trains many runs (several trainer runs or a parametrised family of them; tens of seconds)",
+    "wheel": "builds the wheel with `pip wheel` in an isolated build environment",
+}
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: a test of tens of seconds that runs a real trainer (`-m \"not slow\"` skips it)")
+    for name, what in MARKERS.items(): config.addinivalue_line("markers", f"{name}: {what}")
+
+
+# The micro SFT start every trainer test begins from: one tiny Llama, 60 steps on 1-2 digit addition without scratchpad.
+MICRO_SFT = dict(model_cfg=dict(hidden_size=32, num_layers=1, heads=2), steps=60, batch_size=32, eval_n=0, n_train=2000)
+MICRO_TASK = dict(max_digits=2, scratchpad=False)
 
 
 @pytest.fixture(scope="session")
 def micro_sft(tmp_path_factory) -> str:
-    "Directory of a micro SFT checkpoint: tiny Llama (hidden 32, 1 layer, 2 heads), 60 steps on 2-digit addition without scratchpad."
+    """Directory of the micro SFT checkpoint (`MICRO_SFT` on `MICRO_TASK`), trained once per test session into the session's
+    temporary directory (`sft_warm_start`'s on-disk cache: every test, in every file, gets the same directory)."""
     from rl_notes.lab import sft_warm_start  # torch and transformers: only for the tests that ask for it
     from rl_notes.sft import SFTConfig
-    cfg = SFTConfig(model_cfg=dict(hidden_size=32, num_layers=1, heads=2), steps=60, batch_size=32, eval_n=0, n_train=2000)
-    return str(sft_warm_start("addition", cfg, cache_dir=tmp_path_factory.mktemp("sft"), progress=False, max_digits=2, scratchpad=False))
+    root = tmp_path_factory.mktemp("micro_sft", numbered=False)
+    return str(sft_warm_start("addition", SFTConfig(**MICRO_SFT), cache_dir=root, progress=False, **MICRO_TASK))
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,7 @@ import pytest
 BIN = Path(sys.executable).parent
 ACC = BIN / "accelerate"
 TORCHRUN = BIN / "torchrun"
+pytestmark = pytest.mark.torchrun                  # every test here launches two processes with torchrun
 
 def _free_port():
     import socket

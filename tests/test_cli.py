@@ -102,6 +102,7 @@ def test_config_errors_are_one_line(args, msg, capsys):
     err = capsys.readouterr().err
     one_line_error(subprocess.CompletedProcess(args, code, "", err), msg)
 
+@pytest.mark.many_runs
 def test_one_run_per_directory_and_divergence(micro_sft, tmp_path):
     args = ["train", "--model", micro_sft, "--task-arg", "max_digits=2", "--task-arg", "scratchpad=false", "--n-prompts", "2",
             "--group-size", "4", "--max-new-tokens", "3", "--n-eval", "4", "--n-train", "200", "--quiet", "--threads", "1",
@@ -114,6 +115,7 @@ def test_one_run_per_directory_and_divergence(micro_sft, tmp_path):
     assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 2
     one_line_error(run(*args[:-1], tmp_path / "div", "--steps", "3", "--lr", "1e30"), "training diverged at step 2")
 
+@pytest.mark.many_runs
 def test_quick_demo_sft_train_eval_plot(tmp_path):
     r = run("demo", "--quick", "--quiet", "--out", tmp_path / "demo", "--cache-dir", tmp_path / "cache", "--threads", "1")
     assert r.returncode == 0, r.stderr[-2000:]

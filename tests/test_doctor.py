@@ -335,15 +335,13 @@ tr.train(); tr.save_state()
     assert p.returncode == 0 and p.stdout.startswith("rl_notes doctor: ") and "(trl), 8 steps (1-8)" in p.stdout
 
 
-@pytest.mark.slow   # about 45 s on a busy 2-core CPU (a 60-step SFT warm start, then two 8-step runs): `-m "not slow"` skips it
-def test_real_rl_notes_runs(tmp_path):
-    "rl_notes' own trainer (DAPO and PPO, 8 steps on a micro model): every name it logs is mapped or known, and the doctor reads it."
-    from rl_notes.lab import sft_warm_start
-    from rl_notes.sft import SFTConfig
+@pytest.mark.slow   # about 45 s on a busy 2-core CPU (the session's micro SFT start, then two 8-step runs): `-m "not slow"` skips it
+@pytest.mark.many_runs
+def test_real_rl_notes_runs(tmp_path, micro_sft):
+    "rl_notes' own trainer (DAPO and PPO, 8 steps on the micro SFT model of conftest.py): every name it logs is mapped or known, and the doctor reads it."
     from rl_notes.trainconfig import TrainConfig, get_algo
     from rl_notes.trainer import train
-    m = str(sft_warm_start("addition", SFTConfig(model_cfg=dict(hidden_size=32, num_layers=1, heads=2), steps=60, batch_size=32, eval_n=0,
-                           n_train=2000), cache_dir=tmp_path / "sft", progress=False, max_digits=2, scratchpad=False))
+    m = micro_sft
     for algo, kw in (("dapo", dict(cache_len=2)), ("ppo", {})):
         train(TrainConfig(model=m, algo=get_algo(algo, **kw), task_kw=dict(max_digits=2, scratchpad=False), steps=8, n_prompts=4,
                           group_size=4, max_new_tokens=3, n_train=500, n_eval=8, eval_every=4, save_every=100, progress=False,

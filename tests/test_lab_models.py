@@ -265,6 +265,7 @@ def test_pickle_weights_are_refused(tmp_path, saved):
 
 
 # ---------------------------------------------------------------- lab_runs: cache root, code version, lock, resume of a dead run
+@pytest.mark.many_runs
 def test_lab_runs_cache_and_resume(tmp_path, monkeypatch):
     import subprocess, sys, shutil
     from rl_notes.lab import lab_runs, lab_key, lab_done, LAB_LOCK

@@ -13,6 +13,7 @@ CFG = wm.settings()
 def wheel(tmp_path_factory):
     return wm.build_wheel(tmp_path_factory.mktemp('wheel'))    # (path, METADATA, pip output)
 
+@pytest.mark.wheel
 def test_identity(wheel):
     whl, meta, _ = wheel
     assert meta['Name'] == CFG['lib_name'] and meta['Version'] == CFG['version']
@@ -27,6 +28,7 @@ def test_identity(wheel):
     assert tops == {'rl_notes', f"rl_notes-{CFG['version']}.dist-info"}, tops      # the package only (no tests, docs, build/)
     assert 'rl_notes/_modidx.py' in z.namelist() and 'rl_notes/cli.py' in z.namelist()
 
+@pytest.mark.wheel
 def test_license_and_classifiers(wheel):
     _, meta, out = wheel
     assert meta['License-Expression'] == 'Apache-2.0' and meta['License'] is None   # PEP 639, not the legacy field
@@ -38,6 +40,7 @@ def test_license_and_classifiers(wheel):
     assert py == CFG['python_versions'].split() and py[0] == CFG['min_python']
     assert 'deprecat' not in out.lower(), out                                         # setuptools' license warnings
 
+@pytest.mark.wheel
 def test_requirements(wheel):
     _, meta, _ = wheel
     reqs = [Requirement(r) for r in meta.get_all('Requires-Dist')]
@@ -86,6 +89,7 @@ def _check(root):
     return subprocess.run([sys.executable, str(root/'.ci'/'wheel_metadata.py'), '--check-version'],
                           capture_output=True, text=True, cwd=root)
 
+@pytest.mark.wheel
 def test_version_check_fails_on_mismatch(tmp_path):
     "The sync check's version step: passes on the repo, fails when setup.py drops the version or settings.ini moves on."
     _copy_repo(tmp_path)
