@@ -10,7 +10,7 @@ import torch
 
 # %% auto #0
 __all__ = ['AGG_MODES', 'KL_KINDS', 'check_shapes', 'masked_sum', 'masked_mean', 'masked_var', 'masked_whiten', 'lockstep',
-           'agg_loss', 'logprobs_from_logits', 'logprobs_and_entropy', 'kl_penalty']
+           'agg_loss', 'logprobs_from_logits', 'logprobs_and_entropy', 'logprobs_from_hidden', 'kl_penalty']
 
 # %% ../nbs/00_core.ipynb #355fc4e7
 def _check_mask(x:torch.Tensor, mask:torch.Tensor, xname:str='x', dim:int|None=None):
@@ -162,9 +162,16 @@ def agg_loss(loss_mat:torch.Tensor,  # per-token loss (B, T)
     return masked_mean(per_seq, seq_ok)
 
 # %% ../nbs/00_core.ipynb #fb2e358c
-def _default_chunk(V:int) -> int:
-    "Rows per chunk: about 0.5 MB of float32 (the chunk and its buffer stay in a core's L2; fastest on CPU at V=32k and 152k)."
-    return max(1, (1 << 17) // max(V, 1))
+def _default_chunk(V:int,
+                   device=None,  # the logits' device; None or a CPU: the cache-sized chunk
+                   free:int|None=None,  # free accelerator memory in bytes (default: asked of CUDA)
+                  ) -> int:
+    "Rows per chunk: on a CPU about 0.5 MB of float32 (the chunk and its buffer stay in a core's L2; fastest at V=32k and 152k); on a GPU as many rows as three float32 buffers fit in an eighth of the free memory, at most 1 GiB."
+    dev = torch.device(device) if device is not None else None
+    if dev is None or dev.type == "cpu": return max(1, (1 << 17) // max(V, 1))
+    if free is None: free = torch.cuda.mem_get_info(dev)[0] if dev.type == "cuda" else 1 << 30
+    # a GPU is fast at wide kernels and slow at many small launches: a row-by-row loop would cost a launch per row
+    return max(64, min(free // 8, 1 << 30) // (3 * 4 * max(V, 1)))
 
 def _raise_bad_rows(bad:torch.Tensor, start:int, what:str):
     i = int(bad.nonzero()[0, 0]) + start
@@ -281,7 +288,7 @@ def _check_logits(logits, labels, chunk_size, temperature, ignore_index):
                          f"got {int(labels.reshape(-1)[i])} at flattened position {i}")
     if not (temperature > 0 and math.isfinite(temperature)): raise ValueError(f"`temperature` must be > 0 and finite, got {temperature}")
     if chunk_size is not None and chunk_size < 1: raise ValueError(f"`chunk_size` must be >= 1, got {chunk_size}")
-    return chunk_size or _default_chunk(logits.shape[-1])
+    return chunk_size or _default_chunk(logits.shape[-1], logits.device)
 
 def logprobs_from_logits(logits:torch.Tensor,  # (B, T, V) (or any (..., V)); fp32, bf16 or fp16
                          labels:torch.Tensor,  # (B, T) token ids whose log-prob is wanted
@@ -314,6 +321,143 @@ def _token_logp(logits:torch.Tensor,  # (n, V) float32 logits of n rows (e.g. on
     m = z.amax(-1, keepdim=True)                                    # (n, 1)
     lse = m.squeeze(-1) + (z - m).exp_().sum(-1).log()
     return z.gather(-1, labels[:, None]).squeeze(-1) - lse
+
+# %% ../nbs/00_core.ipynb #f475e64c
+def _hidden_chunks(N:int, V:int, token_chunk:int|None, vocab_chunk:int|None) -> tuple[int, int]:
+    "(rows, columns) of a logits tile: at most `token_chunk` tokens by `vocab_chunk` vocabulary entries (default 1024 x 8192: 32 MB of float32)."
+    return min(token_chunk or 1024, max(N, 1)), min(vocab_chunk or 8192, V)
+
+def _tile(h, weight, bias, c0, c1, temperature):
+    "Logits z (n, c1 - c0) of the rows `h` for vocabulary entries [c0, c1), float32, divided by the temperature."
+    z = h @ weight[c0:c1].t()                                       # in the inputs' dtype, as the model's own head computes it
+    if bias is not None: z = z + bias[c0:c1]
+    z = z.float()
+    return z if temperature == 1.0 else z.div_(temperature)
+
+def _hidden_forward(h, weight, bias, lab, valid, temperature, with_entropy, tc, vc):
+    "Online log-sum-exp over vocabulary tiles: (lp, ent, lse) for the N flattened rows (ent None unless asked)."
+    N, V, dev = h.shape[0], weight.shape[0], h.device
+    lse = torch.empty(N, dtype=torch.float32, device=dev)
+    sel = torch.zeros(N, dtype=torch.float32, device=dev)           # the label's logit z_y
+    ent = torch.empty(N, dtype=torch.float32, device=dev) if with_entropy else None
+    for r0 in range(0, N, tc):
+        hr, y = h[r0:r0+tc], lab[r0:r0+tc]
+        n = hr.shape[0]
+        m = torch.full((n,), -math.inf, dtype=torch.float32, device=dev)   # running max
+        s = torch.zeros(n, dtype=torch.float32, device=dev)         # running sum of exp(z - m)
+        a = torch.zeros(n, dtype=torch.float32, device=dev)         # running sum of exp(z - m) (z - m): <= 0, so H adds same-sign terms
+        for c0 in range(0, V, vc):
+            c1 = min(c0 + vc, V)
+            z = _tile(hr, weight, bias, c0, c1, temperature)        # (n, c)
+            m_new = torch.maximum(m, z.amax(-1))
+            # $s \leftarrow s\,e^{m - m'} + \sum_v e^{z_v - m'}$: the sum rescaled to the new maximum
+            scale = torch.exp(m - m_new)
+            d = z - m_new[:, None]                                  # (n, c) <= 0
+            e = torch.exp(d)
+            if with_entropy:
+                # $a \leftarrow e^{m - m'}(a + (m - m') s) + \sum_v e^{z_v - m'}(z_v - m')$: the sum of $e_v (z_v - m)$ moved to $m'$;
+                # a -inf logit gives 0 * -inf, and an empty start (s = 0) 0 * -inf: both terms are 0
+                a = scale * (a + torch.where(s > 0, (m - m_new) * s, torch.zeros_like(s))) + torch.nan_to_num(e * d, nan=0.0).sum(-1)
+            s = s * scale + e.sum(-1)
+            m = m_new
+            inside = (y >= c0) & (y < c1)
+            if bool(inside.any()):
+                i = inside.nonzero().squeeze(-1)
+                sel[r0 + i] = z[i, y[i] - c0]
+        # $\mathrm{lse} = m + \log s$
+        lse[r0:r0+n] = m + s.log()
+        if with_entropy:   # $H = \mathrm{lse} - \sum_v p_v z_v = \log s - a / s$
+            ent[r0:r0+n] = s.log() - a / s
+    bad = valid & ~(torch.isfinite(lse) & torch.isfinite(sel))
+    if bool(bad.any()):
+        i = int(bad.nonzero()[0, 0])
+        raise ValueError(f"`hidden` @ `weight` gives a non-finite logit at flattened row {i}: NaN/inf hidden states or weights, or a label at -inf")
+    lp = torch.where(valid, sel - lse, torch.zeros((), dtype=torch.float32, device=dev))
+    if with_entropy: ent = torch.nan_to_num(ent, nan=0.0, posinf=0.0, neginf=0.0)
+    return lp, ent, lse
+
+class _HiddenLogp(torch.autograd.Function):
+    "log p(label) (and the entropy) from the hidden states and the LM head, tile by tile; the backward recomputes each tile."
+    @staticmethod
+    def forward(ctx, h, weight, bias, lab, valid, temperature, with_entropy, tc, vc):
+        lp, ent, lse = _hidden_forward(h, weight, bias, lab, valid, temperature, with_entropy, tc, vc)
+        ctx.save_for_backward(h, weight, bias, lab, valid, lse, ent if with_entropy else lse)
+        ctx.cfg = (temperature, with_entropy, tc, vc)
+        ctx.mark_non_differentiable(lse)
+        return lp, (ent if with_entropy else lse)
+
+    @staticmethod
+    def backward(ctx, g_lp, g_ent):
+        h, weight, bias, lab, valid, lse, ent = ctx.saved_tensors
+        temperature, with_entropy, tc, vc = ctx.cfg
+        N, V = h.shape[0], weight.shape[0]
+        need_h, need_w, need_b = ctx.needs_input_grad[:3]
+        gh = torch.zeros(h.shape, dtype=torch.float32, device=h.device) if need_h else None
+        gw = torch.zeros(weight.shape, dtype=torch.float32, device=h.device) if need_w else None
+        gb = torch.zeros(V, dtype=torch.float32, device=h.device) if need_b and bias is not None else None
+        g_lp = torch.zeros(N, device=h.device) if g_lp is None else g_lp.float() * valid
+        g_ent = g_ent.float() if with_entropy and g_ent is not None else None
+        for r0 in range(0, N, tc):
+            hr, y = h[r0:r0+tc], lab[r0:r0+tc]
+            n = hr.shape[0]
+            L, gl = lse[r0:r0+n, None], g_lp[r0:r0+n, None]
+            for c0 in range(0, V, vc):
+                c1 = min(c0 + vc, V)
+                z = _tile(hr, weight, bias, c0, c1, temperature)
+                p = torch.exp(z - L)                                 # the softmax, recomputed
+                if g_ent is None:
+                    # $\partial \log p_y / \partial z_v = \mathbb{1}[v=y] - p_v$
+                    g = -p * gl
+                else:
+                    # $\partial H / \partial z_v = -p_v (z_v - \mathrm{lse} + H)$
+                    g = -p * (gl + g_ent[r0:r0+n, None] * (torch.nan_to_num(z, neginf=0.0) - L + ent[r0:r0+n, None]))
+                inside = (y >= c0) & (y < c1)
+                if bool(inside.any()):
+                    i = inside.nonzero().squeeze(-1)
+                    g[i, y[i] - c0] += g_lp[r0 + i]
+                # $z = (h W^\top + b)/T$: the chain rule through the head
+                if temperature != 1.0: g = g / temperature
+                gc = g.to(h.dtype)
+                if gh is not None: gh[r0:r0+n] += (gc @ weight[c0:c1]).float()
+                if gw is not None: gw[c0:c1] += (gc.t() @ hr).float()
+                if gb is not None: gb[c0:c1] += g.sum(0)
+        cast = lambda g, like: None if g is None else g.to(like.dtype)
+        return cast(gh, h), cast(gw, weight), (cast(gb, bias) if bias is not None else None), None, None, None, None, None, None
+
+def logprobs_from_hidden(hidden:torch.Tensor,  # (B, T, H) (or any (..., H)): the final hidden states, after the last norm
+                         weight:torch.Tensor,  # (V, H) the LM head's weight (tied to the embeddings or not)
+                         labels:torch.Tensor,  # (B, T) token ids whose log-prob is wanted
+                         bias:torch.Tensor|None=None,  # (V,) the head's bias, if it has one
+                         temperature:float=1.0,  # logits are divided by it (use the sampling temperature)
+                         with_entropy:bool=False,  # also return the entropy of each predictive distribution
+                         ignore_index:int=-100,  # labels equal to it get log-prob 0 and no log-prob gradient
+                         token_chunk:int|None=None,  # tokens per tile (default 1024)
+                         vocab_chunk:int|None=None,  # vocabulary entries per tile (default 8192)
+                        ):
+    "Per-token log p(label) (and the entropy), float32 (B, T), from `hidden @ weight.T + bias` a tile at a time: the (B, T, V) logits never exist."
+    if not isinstance(hidden, torch.Tensor) or hidden.dim() < 2: raise ValueError(f"`hidden` must be a tensor (..., H), got {getattr(hidden, 'shape', type(hidden))}")
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 2 or weight.shape[1] != hidden.shape[-1]:
+        raise ValueError(f"`weight` must be (V, H) with H = {hidden.shape[-1]} (hidden's last dimension), got {tuple(getattr(weight, 'shape', ()))}")
+    V = weight.shape[0]
+    if bias is not None and tuple(bias.shape) != (V,): raise ValueError(f"`bias` must be (V,) = ({V},), got {tuple(bias.shape)}")
+    if not isinstance(labels, torch.Tensor) or labels.shape != hidden.shape[:-1]:
+        raise ValueError(f"`labels` must have shape {tuple(hidden.shape[:-1])} (hidden without H), got {tuple(getattr(labels, 'shape', ()))}")
+    if labels.dtype not in (torch.int64, torch.int32): raise ValueError(f"`labels` must be integer, got {labels.dtype}")
+    if not (temperature > 0 and math.isfinite(temperature)): raise ValueError(f"`temperature` must be > 0 and finite, got {temperature}")
+    for k, v in (("token_chunk", token_chunk), ("vocab_chunk", vocab_chunk)):
+        if v is not None and v < 1: raise ValueError(f"`{k}` must be >= 1, got {v}")
+    lab = labels.reshape(-1).long()
+    out = (lab != ignore_index) & ((lab < 0) | (lab >= V))
+    if bool(out.any()):
+        i = int(out.nonzero()[0, 0])
+        raise ValueError(f"`labels` must lie in [0, V) = [0, {V}) or equal `ignore_index`={ignore_index}, got {int(lab[i])} at flattened position {i}")
+    valid = lab != ignore_index
+    safe = torch.where(valid, lab, torch.zeros_like(lab))
+    h = hidden.reshape(-1, hidden.shape[-1])
+    tc, vc = _hidden_chunks(h.shape[0], V, token_chunk, vocab_chunk)
+    lp, ent = _HiddenLogp.apply(h, weight, bias, safe, valid, float(temperature), with_entropy, tc, vc)
+    return (lp.view(labels.shape), ent.view(labels.shape)) if with_entropy else lp.view(labels.shape)
+
 
 # %% ../nbs/00_core.ipynb #9cb68f2e
 KL_KINDS = ("k1", "k2", "k3")

@@ -254,6 +254,7 @@ NOT_BEHAVIOUR = {  # fields no micro run needs to set, and why
     "report_to": "where metric rows are also sent (tensorboard, trackio); metrics.jsonl is the same",
     "shard_rollouts": "differs from the default only with several processes; the micro runs use one",
     "model": "the micro runs' own checkpoint; a run's starting model is part of its config (its path changes with its SFT key)",
+    "logprob_path": "on a CPU, where the micro runs train, 'auto' is the logits path; the hidden-state path is checked against it (1e-5) in 00_core and 25_rollout",
 }
 UNCOVERED_TASKS = {"math": "needs a local data file (`data_files`) and a chat template the micro tokenizer lacks"}
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json, sys, time, hashlib, subprocess
 from pathlib import Path
 from safetensors.torch import load_model as st_load_model
-from .trainconfig import TrainConfig, RUN_CONTROL, OFFPOLICY_FIELDS, offpolicy_settings
+from .trainconfig import TrainConfig, RUN_CONTROL, KEY_LATE, OFFPOLICY_FIELDS, offpolicy_settings
 from .trainer import train, content_fingerprints
 from .models import load_model
 from .sft import SFTConfig, sft_config, sft_train
@@ -31,7 +31,8 @@ def _lab_key(cfg:TrainConfig, code:str) -> str:
     d, off = cfg.to_dict(), offpolicy_settings(cfg)
     # `critic_init` and the off-policy fields only when set, so adding those fields did not change the key of runs without them
     late = lambda k, where: k in OFFPOLICY_FIELDS[where] and (f"algo.{k}" if where == "Algo" else k) not in off
-    ident = {k: v for k, v in d.items() if k not in RUN_CONTROL and not (k == "critic_init" and v is None) and not late(k, "TrainConfig")}
+    ident = {k: v for k, v in d.items() if k not in RUN_CONTROL and not (k == "critic_init" and v is None) and not late(k, "TrainConfig")
+             and not (k in KEY_LATE and v == KEY_LATE[k])}
     ident["algo"] = {k: v for k, v in ident["algo"].items() if not late(k, "Algo")}
     if (user := content_fingerprints(cfg, model=False)): ident["content"] = user   # a dataset's or reward file's content; none for built-in tasks
     return hashlib.sha256(json.dumps([ident, {"code": code}], sort_keys=True, default=str).encode()).hexdigest()[:16]

@@ -76,7 +76,7 @@ class Reference:
     def __init__(self, cfg:TrainConfig,
                  model:torch.nn.Module|None,  # the frozen copy (None: no KL, or LoRA's base model)
                 ):
-        self.algo, self.model, self.temperature = cfg.algo, model, cfg.temperature
+        self.algo, self.model, self.temperature, self.path = cfg.algo, model, cfg.temperature, cfg.logprob_path
         self.lora = bool(cfg.lora_r) and cfg.algo.beta > 0         # the base weights with the adapters off are the reference
         a = cfg.algo
         self.ctl = AdaptiveKLController(a.beta, a.kl_target, horizon=a.kl_horizon) if a.kl_target is not None else None
@@ -91,8 +91,8 @@ class Reference:
         "Log-probs (B, T) of the responses under the reference (None when beta == 0); `policy` as prepared, `learner` unwrapped."
         with torch.no_grad():
             if self.lora:
-                with learner.disable_adapter(): return response_logprobs(policy, ro, self.temperature)
-            return response_logprobs(self.model, ro, self.temperature) if self.model is not None else None
+                with learner.disable_adapter(): return response_logprobs(policy, ro, self.temperature, path=self.path)
+            return response_logprobs(self.model, ro, self.temperature, path=self.path) if self.model is not None else None
 
     def reward(self, score:torch.Tensor, ro, ref_logp:torch.Tensor, mask:torch.Tensor) -> torch.Tensor:
         "PPO-RLHF's per-token reward term -beta k_t (B, T) on the sampler's log-probs (`score` (B,) gives the dtype and device)."

@@ -4,16 +4,16 @@
 
 # %% ../nbs/25_rollout.ipynb #d5a075f7
 from __future__ import annotations
-import time
+import time, contextlib
 from dataclasses import dataclass, field, replace
 import torch
 from transformers import DynamicCache, StaticCache
-from .core import logprobs_from_logits, logprobs_and_entropy, _token_logp
+from .core import logprobs_from_logits, logprobs_and_entropy, logprobs_from_hidden, _token_logp
 from .data import render_prompts
 
 # %% auto #0
-__all__ = ['CDF_MIN_V', 'Rollout', 'position_ids_from_mask', 'NonFiniteLogits', 'generate', 'response_logprobs', 'cat_rollouts',
-           'evaluate', 'pass_at_k', 'first_token_entropy', 'sample_eval']
+__all__ = ['CDF_MIN_V', 'LOGPROB_PATHS', 'Rollout', 'position_ids_from_mask', 'NonFiniteLogits', 'generate', 'lm_head',
+           'response_logprobs', 'cat_rollouts', 'evaluate', 'pass_at_k', 'first_token_entropy', 'sample_eval']
 
 # %% ../nbs/25_rollout.ipynb #94389dd2
 @dataclass
@@ -186,10 +186,38 @@ def generate(model,  # a causal LM (e.g. `tiny_llama` or `load_model`)
                    group_size=group_size, prompts=list(prompts), temperature=float(temperature), pad_token_id=int(pad))
 
 # %% ../nbs/25_rollout.ipynb #ff2b1c85
+LOGPROB_PATHS = ("auto", "hidden", "logits")  # `response_logprobs(path=...)`: auto = from the hidden states on a GPU, from the logits on a CPU
+
+def lm_head(model) -> torch.nn.Linear|None:
+    "The output projection of a causal LM whose logits are exactly `hidden @ W.T + b` (no soft-capping, no logit scale), else None."
+    m = getattr(model, "module", model)                                # a DistributedDataParallel wrapper: its module
+    get, cfg = getattr(m, "get_output_embeddings", None), getattr(m, "config", None)
+    head = get() if callable(get) else None
+    if not isinstance(head, torch.nn.Linear) or not callable(getattr(m, "set_output_embeddings", None)): return None
+    if getattr(cfg, "final_logit_softcapping", None) or getattr(cfg, "logit_scale", None) not in (None, 1, 1.0): return None
+    return head
+
+@contextlib.contextmanager
+def _head_off(model, head:torch.nn.Linear):
+    "Within the block `model(...).logits` are the final hidden states: the LM head is an identity, then put back."
+    m = getattr(model, "module", model)
+    m.set_output_embeddings(torch.nn.Identity())
+    try: yield
+    finally: m.set_output_embeddings(head)
+
+def _use_hidden(model, path:str) -> torch.nn.Linear|None:
+    "The head to project with when log-probs come from the hidden states (`path`), else None."
+    if path not in LOGPROB_PATHS: raise ValueError(f"`path` must be one of {LOGPROB_PATHS}, got {path!r}")
+    if path == "logits": return None
+    head = lm_head(model)
+    if path == "hidden" or head is None: return head
+    return head if head.weight.device.type == "cuda" else None        # auto: on a GPU only
+
 def response_logprobs(model,  # a causal LM (gradients flow unless called under no_grad)
                       rollout:Rollout,  # from `generate`
                       temperature:float|None=None,  # default: the rollout's sampling temperature
                       with_entropy:bool=False,  # also return the per-token entropy
+                      path:str="auto",  # "hidden": from the final hidden states and the LM head, the (B, T, V) logits never built (`logprobs_from_hidden`); "logits": from the logits; "auto": hidden on a GPU
                      ):
     "Per-token log-probs (B, T) of the rollout's responses under `model` (and the entropy (B, T) if asked)."
     if temperature is None: temperature = rollout.temperature
@@ -197,15 +225,19 @@ def response_logprobs(model,  # a causal LM (gradients flow unless called under 
     ids, att = rollout.input_ids, rollout.attention_mask
     pos = position_ids_from_mask(att)
     # the last token predicts nothing we need; the last T positions of the rest predict the T response tokens
-    logits = model(input_ids=ids[:, :-1], attention_mask=att[:, :-1], position_ids=pos[:, :-1],
-                   use_cache=False, logits_to_keep=T).logits                 # (B, T, V)
+    head = _use_hidden(model, path)
+    with (_head_off(model, head) if head is not None else contextlib.nullcontext()):
+        logits = model(input_ids=ids[:, :-1], attention_mask=att[:, :-1], position_ids=pos[:, :-1],
+                       use_cache=False, logits_to_keep=T).logits             # (B, T, V), or (B, T, H) with the head off
     labels = ids[:, P:]                                                       # (B, T)
     m = rollout.response_mask.bool()
     try:
-        if with_entropy:
-            logp, ent = logprobs_and_entropy(logits, labels, temperature=temperature)
-            return logp.masked_fill(~m, 0.0), ent.masked_fill(~m, 0.0)
-        return logprobs_from_logits(logits, labels, temperature=temperature).masked_fill(~m, 0.0)
+        if head is not None:
+            out = logprobs_from_hidden(logits, head.weight, labels, bias=head.bias, temperature=temperature, with_entropy=with_entropy)
+        elif with_entropy: out = logprobs_and_entropy(logits, labels, temperature=temperature)
+        else: out = logprobs_from_logits(logits, labels, temperature=temperature)
+        if with_entropy: return out[0].masked_fill(~m, 0.0), out[1].masked_fill(~m, 0.0)
+        return out.masked_fill(~m, 0.0)
     except ValueError:
         if not bool(torch.isfinite(logits.detach().amax(-1)).all()):
             raise NonFiniteLogits("`model` gave NaN or infinite logits on the rollout: its weights have diverged or are corrupt") from None

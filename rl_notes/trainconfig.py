@@ -11,8 +11,8 @@ from typing import Literal
 from .configs import validate_config, from_trl, TRL_NAMES
 
 # %% auto #0
-__all__ = ['PRESETS', 'RUN_CONTROL', 'CHARS', 'OFFPOLICY_FIELDS', 'PATH_FIELDS', 'Algo', 'get_algo', 'TrainConfig', 'trl_config',
-           'SFTConfig', 'reward_spec', 'offpolicy_settings', 'sampler_differs', 'dir_problem']
+__all__ = ['PRESETS', 'RUN_CONTROL', 'KEY_LATE', 'CHARS', 'OFFPOLICY_FIELDS', 'PATH_FIELDS', 'Algo', 'get_algo', 'TrainConfig',
+           'trl_config', 'SFTConfig', 'reward_spec', 'offpolicy_settings', 'sampler_differs', 'dir_problem']
 
 # %% ../nbs/21_trainconfig.ipynb #2efb1170
 def _f(default, **rules):
@@ -168,6 +168,10 @@ def _dir_path(p:str) -> str|None:
         if a.exists(): return None if a.is_dir() else f"must be a directory path, but {str(a)!r} is a file"
     return None
 
+# fields added after runs were cached: a run whose field holds this value has the key it had before the field existed
+KEY_LATE = {"logprob_path": "auto"}
+
+
 # %% ../nbs/21_trainconfig.ipynb #c0bcfedc
 @dataclass
 class TrainConfig:
@@ -193,6 +197,7 @@ class TrainConfig:
     weight_decay: float = _f(0.0, ge=0, help="AdamW weight decay")
     dtype: str = _f("float32", choices=("float32", "bfloat16", "float16"), help="dtype of the policy's (and critic's) weights")
     gradient_checkpointing: bool = _f(False, help="recompute activations in the backward pass: less memory, more time")
+    logprob_path: str = _f("auto", choices=("auto", "hidden", "logits"), help="where log-probs come from: \"hidden\" the final hidden states and the LM head, tile by tile (the (B, T, V) logits never built), \"logits\" the logits, \"auto\" hidden on a GPU and logits on a CPU")
     lora_r: int = _f(0, ge=0, help="LoRA rank (peft); 0: train every weight. Under LoRA the reference is the base model with the adapters off")
     lora_alpha: float = _f(32.0, gt=0, help="LoRA alpha (the update is scaled by alpha / r)")
     lora_dropout: float = _f(0.0, ge=0, lt=1, help="dropout on the LoRA input")

@@ -470,7 +470,7 @@ def _old_ref_logp(run:Run, batch:Batch, mt:Meter):
     "Log-probs (B, T) before the update (needed with several optimizer steps per batch, or a sampler that is not the learner) and under the reference (beta > 0)."
     cfg = run.cfg
     t0 = time.time()
-    old = run.sampler.old_logp(lambda: response_logprobs(run.policy, batch.ro, cfg.temperature), batch.ro,
+    old = run.sampler.old_logp(lambda: response_logprobs(run.policy, batch.ro, cfg.temperature, path=cfg.logprob_path), batch.ro,
                                needed=cfg.ppo_epochs * cfg.n_minibatches > 1)
     ref = batch.ref_logp if batch.ref_logp is not None else run.reference.logp(run.policy, run.gen_model, batch.ro)
     mt.add("time_old_ref", time.time() - t0, 1)
@@ -535,7 +535,8 @@ def _minibatch_tokens(run:Run, mb:Batch, parts:list):
     algo, cfg = run.algo, run.cfg
     if algo.top_entropy_quantile >= 1 and algo.clip_cov_ratio <= 0: return None   # every other modifier is per token or per sequence
     with torch.no_grad():
-        lp, en = zip(*(response_logprobs(run.policy, mb.rows(torch.arange(s.start, s.stop)).ro, cfg.temperature, with_entropy=True) for s in parts))
+        lp, en = zip(*(response_logprobs(run.policy, mb.rows(torch.arange(s.start, s.stop)).ro, cfg.temperature, with_entropy=True,
+                                         path=cfg.logprob_path) for s in parts))
     return torch.cat(lp), torch.cat(en)
 
 def _policy_step(run:Run, step:int, mb:Batch, old_logp, ref_logp, n_tok:float, n_pos:float, mt:Meter):
@@ -551,7 +552,7 @@ def _policy_step(run:Run, step:int, mb:Batch, old_logp, ref_logp, n_tok:float, n
     total, pg_total, lm_total = 0.0, 0.0, 0.0
     for s in parts:
         c = mb if one else mb.rows(torch.arange(s.start, s.stop))
-        logp, ent = response_logprobs(run.policy, c.ro, cfg.temperature, with_entropy=True)            # (b, T), (b, T)
+        logp, ent = response_logprobs(run.policy, c.ro, cfg.temperature, with_entropy=True, path=cfg.logprob_path)   # (b, T), (b, T)
         old = logp.detach() if old_logp is None else old_logp[s]
         if pre is None: adv, keep = modify_tokens(algo, Tokens(logp.detach(), old, c.ro.old_logp, ent.detach(), c.adv, c.loss_mask, run.gather, run.reduce))
         else: adv, keep = adv_all[s], None if keep_all is None else keep_all[s]

@@ -231,3 +231,65 @@ def test_logprobs_out_of_range_labels_are_named():
             logprobs_from_logits(logits, lab)
     lab = labels.clone(); lab[0, 0] = 7
     assert logprobs_from_logits(logits, lab, ignore_index=7)[0, 0] == 0       # ignore_index may be any value
+
+
+# ---- log-probs from the hidden states (the logits never built)
+from rl_notes.core import logprobs_from_hidden
+
+@SET
+@given(st.integers(1, 4), st.integers(1, 7), st.integers(1, 12), st.integers(2, 60), st.integers(0, 2**31 - 1),
+       st.sampled_from([None, 1, 3]), st.sampled_from([None, 1, 5, 64]), st.sampled_from([1.0, 0.6]), st.booleans())
+def test_logprobs_from_hidden_equal_the_logits_path(B, T, H, V, seed, tc, vc, temp, bias):
+    "Values and gradients (hidden, weight, bias) equal the logits path in float32 for every tiling, temperature and bias."
+    g = torch.Generator().manual_seed(seed)
+    h, W = torch.randn(B, T, H, generator=g), torch.randn(V, H, generator=g)
+    b = torch.randn(V, generator=g) if bias else None
+    lab = torch.randint(0, V, (B, T), generator=g)
+    lab[torch.rand(B, T, generator=g) < 0.2] = -100
+    a, c = torch.randn(B, T, generator=g, dtype=torch.float64), torch.randn(B, T, generator=g, dtype=torch.float64)
+    def run(fn):
+        xs = [x.clone().requires_grad_() for x in (h, W) + ((b,) if bias else ())]
+        lp, ent = fn(*xs)
+        ((a * lp.double()) + (c * ent.double())).sum().backward()
+        return lp.detach(), ent.detach(), [x.grad for x in xs]
+    lp1, e1, g1 = run(lambda h, W, *bb: logprobs_from_hidden(h, W, lab, bias=bb[0] if bb else None, temperature=temp, with_entropy=True,
+                                                             token_chunk=tc, vocab_chunk=vc))
+    lp2, e2, g2 = run(lambda h, W, *bb: logprobs_and_entropy(h @ W.t() + (bb[0] if bb else 0), lab, temperature=temp))
+    scale = 1 + float(lp2.abs().max())
+    assert float((lp1 - lp2).abs().max()) <= 1e-5 * scale and float((e1 - e2).abs().max()) <= 1e-5 * scale
+    for x, y in zip(g1, g2): assert float((x - y).abs().max()) <= 1e-5 * (1 + float(y.abs().max()))
+    assert float(lp1[lab == -100].abs().max() if (lab == -100).any() else 0.0) == 0.0
+
+
+def test_logprobs_from_hidden_against_trl_chunked_kernel():
+    "TRL 1.16's `ChunkedLogProbFunction` (its CPU path), called as it is, on the same tensors: log-probs, entropy and gradients."
+    ChunkedLogProbFunction = pytest.importorskip("trl.kernels.chunked_logprob").ChunkedLogProbFunction
+    g = torch.Generator().manual_seed(0)
+    N, H, V = 37, 24, 301
+    for dtype, tol in ((torch.float32, 1e-5), (torch.bfloat16, 2e-2)):
+        h, W, b = torch.randn(N, H, generator=g).to(dtype), (torch.randn(V, H, generator=g) / 3).to(dtype), torch.randn(V, generator=g).to(dtype)
+        lab = torch.randint(0, V, (N,), generator=g)
+        gl, ge = torch.randn(N, generator=g), torch.randn(N, generator=g)
+        x1 = [t.clone().requires_grad_() for t in (h, W, b)]
+        lp, ent = logprobs_from_hidden(x1[0], x1[1], lab, bias=x1[2], temperature=0.8, with_entropy=True, vocab_chunk=64)
+        (gl * lp + ge * ent).sum().backward()
+        x2 = [t.clone().requires_grad_() for t in (h, W, b)]
+        tlp, tent, *_ = ChunkedLogProbFunction.apply(x2[0], x2[1], x2[2], lab, 0.8, 64, None, 1.0, ("entropy",))
+        (gl * tlp + ge * tent).sum().backward()
+        assert float((lp - tlp).detach().abs().max()) <= tol * (1 + float(tlp.detach().abs().max())), dtype
+        assert float((ent - tent).detach().abs().max()) <= tol * (1 + float(tent.detach().abs().max())), dtype
+        for a_, b_ in zip(x1, x2):
+            assert float((a_.grad.float() - b_.grad.float()).abs().max()) <= tol * (1 + float(b_.grad.float().abs().max())), dtype
+
+
+def test_logprobs_from_hidden_in_the_trainer(micro_sft, tmp_path):
+    "A GRPO run with `logprob_path='hidden'`: its first update (same weights, same samples) equals the logits path's to float tolerance."
+    from rl_notes.trainconfig import TrainConfig
+    from rl_notes.trainer import train
+    kw = dict(model=micro_sft, task_kw=dict(max_digits=2, scratchpad=False), steps=2, n_prompts=4, group_size=4, max_new_tokens=3,
+              n_train=200, n_eval=0, progress=False, algo="grpo")
+    a = train(TrainConfig(out_dir=str(tmp_path / "logits"), logprob_path="logits", **kw))
+    b = train(TrainConfig(out_dir=str(tmp_path / "hidden"), logprob_path="hidden", **kw))
+    ra, rb = a[1], b[1]                       # step 1; later steps start from weights that Adam's sign-like first step moved apart
+    assert ra["step"] == rb["step"] == 1 and ra["reward"] == rb["reward"]
+    for k in ("loss", "entropy", "kl_ref", "grad_norm", "approx_kl"): assert abs(ra[k] - rb[k]) <= 1e-5 * (1 + abs(ra[k])), (k, ra[k], rb[k])
