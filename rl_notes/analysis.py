@@ -251,6 +251,7 @@ def walls(runs) -> list[float]:
     "Wall seconds of each finished run, from its `done.json` (a run directory, or a config whose `out_dir` is set)."
     return [json.loads((Path(getattr(r, "out_dir", r)) / "done.json").read_text())["wall_s"] for r in runs]
 
+# %% ../nbs/40_analysis.ipynb #45ed5469
 def rel_gain(rec:dict,  # one batch: {"p_old": [...], arm: {"p_new": [...]}, ...}, over its tokens with A > 0
              arm:str,  # the arm whose p_new is read
              lo:float, hi:float,  # the p_old bin [lo, hi)

@@ -239,6 +239,7 @@ def arm_cfgs(model,  # the SFT start (a checkpoint directory)
     "One `TrainConfig` per arm and seed: {arm: [config per seed]}."
     return {a: [TrainConfig(model=str(model), algo=al, task=task, task_kw=task_kw, seed=s, **size) for s in seeds] for a, al in arms.items()}
 
+# %% ../nbs/37_lab.ipynb #c1e9eb5f
 def lab_pass1(cfgs:list,  # finished lab runs
               budget:int,  # the sampling budget (new tokens)
               n:int=200, k:int=8,  # held-out prompts, samples per prompt
@@ -246,6 +247,7 @@ def lab_pass1(cfgs:list,  # finished lab runs
     "pass@1 of each run's final policy on `n` held-out prompts x `k` samples at `budget` tokens (`lab_eval`, cached)."
     return np.array([lab_eval(c, n=n, k=k, max_new_tokens=budget)["pass1"] for c in cfgs])
 
+# %% ../nbs/37_lab.ipynb #bc52f4c1
 @contextlib.contextmanager
 def upper_clip_log(run, batch):
     "Count, per token (B, T), the optimizer steps of `update(run, 1, batch, mt)` in which its upper clip was active (the run's loss, wrapped)."
@@ -284,6 +286,7 @@ def same_batch_updates(seed:int,  # the run seed: the sampled batch
             out[name] = dict(p_new=lp.exp(), H=H, hits=hits)
     return batch, H_old, out
 
+# %% ../nbs/37_lab.ipynb #3e15fd78
 def final_values(vm,  # a value model: (input_ids, attention_mask) -> (B, P+T) values
                  ro,  # a rollout (`rl_notes.rollout.generate`)
                 ) -> tuple:
