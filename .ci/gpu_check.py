@@ -260,7 +260,7 @@ def prebuild():
         t0 = time.time(); print(f(), f"{time.time() - t0:.0f} s", flush=True)
 
 def part_failure_d3(ctx, device="cuda", seeds=(0, 1), steps=15, n_prompts=64, sft_steps=1500, eval_every=5, n_eval=200):
-    "D3 of nbs/50_failure_modes.ipynb (GRPO vs GRPO + dynamic sampling on 1-4 digit scratchpad addition), shortened: few seeds and steps."
+    "D3 of nbs/53_dynamic_sampling.ipynb (GRPO vs GRPO + dynamic sampling on 1-4 digit scratchpad addition), shortened: few seeds and steps."
     import numpy as np
     from rl_notes.trainconfig import TrainConfig, get_algo
     from rl_notes.trainer import train
@@ -306,7 +306,7 @@ PARTS = [Part("cuda_tests", 100, part_cuda_tests),
          Part("trainer_smoke", 50, part_trainer_smoke, prepare=trainer_cells),
          Part("bench", 120, part_bench),
          Part("logprob", 30, part_logprob),
-         Part("failure_d3", 70, part_failure_d3, prepare=lambda: find_cell("50_failure_modes.ipynb", "D3_ARMS", "sft4g", flag="gpu"))]
+         Part("failure_d3", 70, part_failure_d3, prepare=lambda: find_cell("53_dynamic_sampling.ipynb", "D3_ARMS", "sft4g", flag="gpu"))]
 
 def _selftest_parts() -> list[Part]:
     "Parts that check the runner itself on any machine (GPU_CHECK_SELFTEST=1; tests/test_gpu_check.py)."

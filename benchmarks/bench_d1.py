@@ -1,4 +1,4 @@
-"""The D1 setting of 50_failure_modes (countdown, 64 prompts x 8, 4 epochs x 16 minibatches = 64 optimizer steps per batch,
+"""The D1 setting of 51_clip_higher (countdown, 64 prompts x 8, 4 epochs x 16 minibatches = 64 optimizer steps per batch,
 lr 3e-4, 12 new tokens, GRPO with beta 0), shortened to a few RL steps: this tree's code against another git revision
 (default `main`), alternating in fresh processes, median of the repeats; prints the ratio old/new (>1: this tree faster)
 of the process CPU time and of the wall time of `train`, and whether the metric rows (timings excluded) are identical. On

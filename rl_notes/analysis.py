@@ -11,7 +11,8 @@ import numpy as np
 
 # %% auto #0
 __all__ = ['PLOT_KEYS', 'read_metrics', 'curves', 'window', 'final', 'betainc', 't_cdf', 't_ppf', 'mean_se', 'pm', 'Effect',
-           't_test', 'effect', 'paired', 't_power', 'mde_factor', 'mde', 'verdict', 'smooth', 'plot_runs']
+           't_test', 'effect', 'paired', 't_power', 'mde_factor', 'mde', 'verdict', 'smooth', 'plot_runs', 'walls',
+           'rel_gain', 'd2_diffs']
 
 # %% ../nbs/40_analysis.ipynb #0a8bbbc2
 def read_metrics(run:str|Path) -> list[dict]:
@@ -244,3 +245,26 @@ def plot_runs(runs:list,  # run directories (or metrics.jsonl files)
     fig.tight_layout()
     if out is not None: fig.savefig(out, dpi=110); plt.close(fig)
     return fig
+
+# %% ../nbs/40_analysis.ipynb #1a3fee72
+def walls(runs) -> list[float]:
+    "Wall seconds of each finished run, from its `done.json` (a run directory, or a config whose `out_dir` is set)."
+    return [json.loads((Path(getattr(r, "out_dir", r)) / "done.json").read_text())["wall_s"] for r in runs]
+
+# %% ../nbs/40_analysis.ipynb #45ed5469
+def rel_gain(rec:dict,  # one batch: {"p_old": [...], arm: {"p_new": [...]}, ...}, over its tokens with A > 0
+             arm:str,  # the arm whose p_new is read
+             lo:float, hi:float,  # the p_old bin [lo, hi)
+            ) -> float:
+    "Mean relative gain p_new / p_old - 1 of one batch's tokens with lo <= p_old < hi under `arm` (nan when there is none)."
+    po, pn = np.array(rec["p_old"]), np.array(rec[arm]["p_new"])
+    m = (po >= lo) & (po < hi)
+    return float((pn[m] / po[m] - 1).mean()) if m.any() else float("nan")
+
+def d2_diffs(recs:list[dict],  # batch records (see `rel_gain`)
+             a:str, b:str,  # the arms compared: b - a
+             rare:float=0.1,  # a token is rare when p_old < rare
+            ) -> np.ndarray:
+    "Per batch with a rare token (A > 0): its rare tokens' mean relative gain under arm b minus under arm a."
+    d = np.array([rel_gain(r, b, 0, rare) - rel_gain(r, a, 0, rare) for r in recs])
+    return d[~np.isnan(d)]

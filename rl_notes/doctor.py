@@ -202,7 +202,7 @@ T = dict(  # the thresholds (present, borderline); the reasoning is in the markd
     mismatch_logp=(0.05, 0.02), mismatch_kl=(0.00125, 0.0002))
 
 SECTIONS = {  # finding -> (notebook section that explains the mechanism, knobs that act on it)
-    "entropy_collapse": ('12_dapo "D1/D2 Clip-Higher"; 50_failure_modes "D1: Clip-Higher and the entropy collapse"',
+    "entropy_collapse": ('12_dapo "D1/D2 Clip-Higher"; 51_clip_higher "D1: Clip-Higher and the entropy collapse"',
                          ["raise eps_high (Clip-Higher, 0.28)", "Clip-Cov / KL-Cov (15_family)", "higher temperature",
                           "lower lr"]),
     "entropy_runaway": ('12_dapo "D1/D2 Clip-Higher"; 33_trainer "Divergence stops the run"',
@@ -214,7 +214,7 @@ SECTIONS = {  # finding -> (notebook section that explains the mechanism, knobs 
                     "soft_overlong punishment"]),
     "length_drift": ('12_dapo "D4 Token-level loss: the weight each token gets"',
                      ["agg token-mean (DAPO) or Dr. GRPO (TRL loss_type='dapo'/'dr_grpo')", "length budget"]),
-    "value_collapse": ('13_vapo "V1 Value pre-training"; 50_failure_modes "V1/P3"',
+    "value_collapse": ('13_vapo "V1 Value pre-training"; 56_value_init "V1/P3"',
                        ["value_pretrain_steps (verl: trainer.critic_warmup)", "lam_critic 1.0 (decoupled GAE)",
                         "critic_init from the policy, not a reward model"]),
     "clip_asymmetry": ('12_dapo "D1/D2 Clip-Higher" ("A mechanism toy: rare tokens gain less")',
@@ -226,7 +226,7 @@ SECTIONS = {  # finding -> (notebook section that explains the mechanism, knobs 
     "heldout_gap": ('33_trainer "Held-out evaluation"; 25_rollout "Evaluation"',
                     ["check each reward function (rewards/<f>) for a format or length shortcut", "more training prompts",
                      "beta (KL to the reference)"]),
-    "heldout_drop": ('33_trainer "Divergence stops the run"; 50_failure_modes "D1: Clip-Higher and the entropy collapse"',
+    "heldout_drop": ('33_trainer "Divergence stops the run"; 51_clip_higher "D1: Clip-Higher and the entropy collapse"',
                      ["lower lr (and warmup_steps)", "fewer updates per batch (ppo_epochs x n_minibatches; TRL num_iterations)",
                       "max_grad_norm", "restart from the last checkpoint whose held-out accuracy was good"]),
     "mismatch": ('15_family "Truncated importance sampling: the sampler is not the trainer"',

@@ -19,8 +19,9 @@ from .fingerprint import behaviour_key
 from .cache import cache_dir
 
 # %% auto #0
-__all__ = ['LAB_LOCK', 'LAB_BUSY', 'SFT_STATE', 'lab_code', 'lab_key', 'lab_done', 'lab_job', 'lab_runs', 'sft_key',
-           'sft_cache_path', 'sft_warm_start', 'lab_policy', 'lab_eval', 'lab_rekey']
+__all__ = ['LAB_LOCK', 'LAB_BUSY', 'SFT_STATE', 'designs', 'lab_code', 'lab_key', 'lab_done', 'lab_job', 'lab_runs', 'sft_key',
+           'sft_cache_path', 'sft_warm_start', 'lab_policy', 'lab_eval', 'lab_rekey', 'lab_dir', 'arm_cfgs',
+           'lab_pass1', 'upper_clip_log', 'same_batch_updates', 'final_values', 'Design']
 
 # %% ../nbs/37_lab.ipynb #7beb11b5
 LAB_LOCK = ".lab.lock"  # the lock `lab_job` holds on a run directory while it works there
@@ -215,3 +216,163 @@ def lab_rekey(old_keys:dict,  # {"rl": ..., "eval": ...}: `behaviour_key` of eac
         RunDir(new).mark_done({**done, "code": now["rl"]})
         moved.append(str(new))
     return moved
+
+# %% ../nbs/37_lab.ipynb #f2c84a76
+def lab_dir(cfg:TrainConfig,  # a lab config
+            root:str|Path|None=None,  # cache directory; default `cache_dir("lab")`, as in `lab_runs`
+           ) -> Path:
+    "The cache directory of a config's run (what `lab_runs` sets `cfg.out_dir` to), leaving `cfg` unchanged."
+    return (Path(root) if root else cache_dir("lab")) / lab_key(cfg)
+
+# %% ../nbs/37_lab.ipynb #c5a87be2
+import contextlib, dataclasses, tempfile
+from dataclasses import dataclass, field
+import numpy as np
+import torch
+from .trainconfig import Algo, get_algo
+from .trainer import setup, collect, advantages, update, _minibatches
+from .report import Meter
+from .algo import POLICY_LOSSES
+from .rollout import response_logprobs
+
+def arm_cfgs(model,  # the SFT start (a checkpoint directory)
+             task:str, task_kw:dict,  # the task and its arguments
+             size:dict,  # every other `TrainConfig` field shared by the arms
+             arms:dict,  # arm -> `Algo`
+             seeds,  # one run per seed and arm
+            ) -> dict:
+    "One `TrainConfig` per arm and seed: {arm: [config per seed]}."
+    return {a: [TrainConfig(model=str(model), algo=al, task=task, task_kw=task_kw, seed=s, **size) for s in seeds] for a, al in arms.items()}
+
+# %% ../nbs/37_lab.ipynb #c1e9eb5f
+def lab_pass1(cfgs:list,  # finished lab runs
+              budget:int,  # the sampling budget (new tokens)
+              n:int=200, k:int=8,  # held-out prompts, samples per prompt
+             ) -> np.ndarray:
+    "pass@1 of each run's final policy on `n` held-out prompts x `k` samples at `budget` tokens (`lab_eval`, cached)."
+    return np.array([lab_eval(c, n=n, k=k, max_new_tokens=budget)["pass1"] for c in cfgs])
+
+# %% ../nbs/37_lab.ipynb #bc52f4c1
+@contextlib.contextmanager
+def upper_clip_log(run, batch):
+    "Count, per token (B, T), the optimizer steps of `update(run, 1, batch, mt)` in which its upper clip was active (the run's loss, wrapped)."
+    plan = [i for i, _, _ in _minibatches(run, 1, batch)]          # the rows of each optimizer step, in the order `update` takes them
+    hits, k, f, eh = torch.zeros(batch.loss_mask.shape, dtype=torch.int), [0], POLICY_LOSSES[run.algo.loss], run.algo.eps_high
+    def logged(algo, logp, old_logp, ref_logp, adv, mask, **kw):
+        a = adv if adv.dim() == 2 else adv[:, None].expand_as(logp)
+        # the clip of `ppo_policy_loss` is active where r > 1 + eps_high and A > 0
+        hits[plan[k[0]]] += (((logp.detach() - old_logp).exp() > 1 + eh) & (a > 0) & mask.bool()).int()
+        k[0] += 1
+        return f(algo, logp, old_logp, ref_logp, adv, mask, **kw)
+    POLICY_LOSSES[run.algo.loss] = logged
+    try: yield hits
+    finally: POLICY_LOSSES[run.algo.loss] = f
+
+def same_batch_updates(seed:int,  # the run seed: the sampled batch
+                       arms:dict,  # arm -> eps_high (GRPO, beta 0)
+                       sft,  # the SFT start
+                       task_kw:dict,  # the task's arguments
+                       size:dict,  # other `TrainConfig` fields (`steps` and `n_eval` are set to 1 and 0)
+                       task:str="countdown",
+                      ):
+    "One GRPO update per arm (name -> eps_high) from `sft`, every arm on the same sampled batch: (batch, entropy before, {arm: p_new, entropy after, clip hits}), all (B, T)."
+    batch, H_old, out = None, None, {}
+    with tempfile.TemporaryDirectory() as root:
+        for j, (name, e) in enumerate(arms.items()):
+            cfg = TrainConfig(model=str(sft), algo=get_algo("grpo", beta=0.0, eps_high=e), task=task, task_kw=task_kw, seed=seed,
+                              **{**size, "steps": 1, "n_eval": 0}, out_dir=f"{root}/{j}", progress=False, threads=1, overwrite=True)
+            with setup(cfg) as run:
+                mt = Meter()
+                if batch is None:                    # sampled once: every arm starts from the same weights and updates on the same batch
+                    batch = advantages(run, collect(run, 1, mt), mt)
+                    with torch.no_grad(): H_old = response_logprobs(run.policy, batch.ro, cfg.temperature, with_entropy=True)[1]
+                with upper_clip_log(run, batch) as hits: update(run, 1, batch, mt)
+                with torch.no_grad(): lp, H = response_logprobs(run.policy, batch.ro, cfg.temperature, with_entropy=True)
+            out[name] = dict(p_new=lp.exp(), H=H, hits=hits)
+    return batch, H_old, out
+
+# %% ../nbs/37_lab.ipynb #3e15fd78
+def final_values(vm,  # a value model: (input_ids, attention_mask) -> (B, P+T) values
+                 ro,  # a rollout (`rl_notes.rollout.generate`)
+                ) -> tuple:
+    "Values at the state after the last response token (what a reward model is trained on), and at every response position."
+    v = vm(input_ids=ro.input_ids, attention_mask=ro.attention_mask)                  # (B, P+T)
+    idx = ro.prompt_len - 1 + ro.response_mask.sum(-1).long()
+    return v.gather(1, idx[:, None]).squeeze(1), v[:, ro.prompt_len - 1:ro.prompt_len - 1 + ro.response_mask.shape[1]]
+
+# %% ../nbs/37_lab.ipynb #10d2d903
+@dataclass
+class Design:
+    "A named lab design: task, SFT start, shared run fields, arms, the verdict's metric and window, the seeds run so far."
+    task:str  # task name (`rl_notes.tasks.get_task`)
+    task_kw:dict  # its arguments
+    sft:dict  # `SFTConfig` fields of the SFT start (`sft_warm_start` on the task)
+    base:dict  # `TrainConfig` fields every arm shares, all explicit
+    arms:dict  # arm -> `get_algo` arguments: the preset under "preset" (default "grpo"); "name" renames the `Algo`
+    metric:str  # what the verdict measures (and the function that computes it)
+    window:str  # where on the run the metric is read
+    seeds:tuple  # seeds run so far
+    notebook:str  # the notebook that runs it
+    tasks:dict=field(default_factory=dict)  # other task arguments run with the same arms (name -> task_kw), e.g. a control
+    same_batch:bool=False  # one update per arm on the same batch (`same_batch_updates`: arms differ only in eps_high) instead of runs
+
+    def algo(self, arm:str) -> Algo:
+        "The `Algo` of an arm."
+        kw = dict(self.arms[arm]); preset, name = kw.pop("preset", "grpo"), kw.pop("name", None)
+        al = get_algo(preset, **kw)
+        return dataclasses.replace(al, name=name) if name else al
+
+    def start(self, task:str|None=None, **kw) -> Path:
+        "The SFT start (cached; trained on first use) of the main task, or of the variant `task` of `tasks`."
+        return sft_warm_start(self.task, SFTConfig(**self.sft), progress=False, **kw, **(self.tasks[task] if task else self.task_kw))
+
+    def configs(self, model, seeds=None, task:str|None=None, **over) -> dict:
+        "{arm: [TrainConfig per seed]} from the SFT start `model`; `task` picks a variant of `tasks`; `over` changes shared fields (e.g. `critic_init`)."
+        return arm_cfgs(model, self.task, self.tasks[task] if task else self.task_kw, {**self.base, **over},
+                        {a: self.algo(a) for a in self.arms}, self.seeds if seeds is None else seeds)
+
+_CD = dict(n_numbers=4, max_number=9, max_target=99)
+designs = {
+    "D1-shift": Design(
+        "countdown", {**_CD, "free_prefix": 2, "prefix_shift": True}, dict(steps=3000, n_train=20000, seed=0, target_accuracy=0.25),
+        dict(steps=150, n_prompts=16, group_size=8, max_new_tokens=15, lr=1e-4, ppo_epochs=4, n_minibatches=16, n_eval=0, eval_every=20, n_train=4000),
+        {"eps_high 0.2": dict(beta=0.0, eps_high=0.2), "eps_high 0.28": dict(beta=0.0, eps_high=0.28)},
+        "first-position entropy at the end (`lab_eval(cfg, n=400, k=8)['first_token_entropy']`), 0.28 - 0.2, paired by seed, claimed +",
+        "the final policy, 400 held-out prompts x 8", tuple(range(17)), "51_clip_higher", tasks={"no prefix (control)": _CD}),
+    "D2-many": Design(
+        "countdown", _CD, dict(steps=3000, n_train=20000, seed=0, target_accuracy=0.25),
+        dict(steps=1, n_prompts=64, group_size=8, max_new_tokens=12, lr=3e-5, ppo_epochs=4, n_minibatches=16, n_eval=0, eval_every=20, n_train=4000),
+        {"eps_high 0.2": dict(beta=0.0, eps_high=0.2), "eps_high 0.28": dict(beta=0.0, eps_high=0.28), "no upper clip": dict(beta=0.0, eps_high=1e6)},
+        "per batch, the mean relative gain p_new / p_old - 1 of its tokens with A > 0 and p_old < 0.1 (`rl_notes.analysis.d2_diffs`); "
+        "no upper clip - 0.2 and 0.28 - 0.2, paired by batch, claimed +", "one update (64 optimizer steps) from the SFT start",
+        tuple(range(200, 300)), "52_rare_tokens", same_batch=True),
+    "D3": Design(
+        "addition", dict(min_digits=1, max_digits=4, scratchpad=True), dict(steps=1500, lr=3e-3, batch_size=64, n_train=8000, seed=0, target_accuracy=0.4),
+        dict(steps=80, n_prompts=16, group_size=8, max_new_tokens=42, lr=3e-4, n_eval=200, eval_every=10, n_train=8000),
+        {"GRPO": dict(beta=0.0), "GRPO + dynamic sampling": dict(beta=0.0, dynamic_sampling=True, max_rounds=3)},
+        "held-out greedy accuracy (`heldout_acc`), mean over the evaluations; DS - GRPO, paired by seed, claimed +",
+        "steps 10-80 (D3); at GRPO's total sample budget (D3-budget)", tuple(range(12)), "53_dynamic_sampling"),
+    "D4-early": Design(
+        "addition", dict(min_digits=1, max_digits=2, scratchpad=True, checks=40, guess=0.3, check_mark=True, guess_units=True),
+        dict(steps=3000, lr=3e-3, batch_size=64, n_train=8000, seed=0, target_accuracy=None),
+        dict(steps=40, n_prompts=16, group_size=8, max_new_tokens=72, lr=3e-4, n_eval=0, eval_every=50, n_train=8000),
+        {"GRPO": dict(beta=0.0), "Dr. GRPO": dict(preset="dr_grpo"), "token-mean": dict(beta=0.0, agg="token-mean", name="token-mean")},
+        "sampled wrong - right response length over steps 21-40 minus the same over steps 1-10; GRPO - Dr. GRPO (and - token-mean), paired by seed, claimed +",
+        "steps 21-40 against 1-10 of the sampled batches", tuple(range(3, 28)), "54_length_bias"),
+    "D5-search": Design(
+        "countdown", dict(n_numbers=3, attempts=4), dict(steps=3000, n_train=8000, seed=0, target_accuracy=0.3),
+        dict(steps=100, n_prompts=16, group_size=8, max_new_tokens=16, lr=3e-4, n_eval=200, eval_every=25, n_train=8000),
+        {"no filter": dict(beta=0.0, agg="token-mean", name="no-filter"),
+         "overlong filter": dict(beta=0.0, agg="token-mean", overlong_filter=True, name="overlong-filter")},
+        "pass@1 of the final policy (`lab_pass1`) at 32 tokens (D5-search) and at 16 (D5-search-budget); filter - none, paired by seed, claimed +",
+        "the final policy, 200 held-out prompts x 8", tuple(range(8)), "55_overlong"),
+    "V1-long": Design(
+        "addition", dict(min_digits=1, max_digits=2, scratchpad=True, checks=150),
+        dict(steps=3000, lr=3e-3, batch_size=64, n_train=8000, seed=0, target_accuracy=0.45),
+        dict(steps=30, n_prompts=16, group_size=8, max_new_tokens=192, lr=3e-4, critic_lr=1e-4, n_eval=0, n_train=8000),
+        {"RM-initialised critic": dict(preset="ppo"), "+ value pre-training": dict(preset="ppo", value_pretrain_steps=50),
+         "actor lambda 1": dict(preset="ppo", lam_actor=1.0), "critic lambda 1 (decoupled)": dict(preset="ppo", lam_critic=1.0)},
+        "mean response length over steps 5-25 minus the length at step 1; RM-initialised - each remedy, paired by seed, claimed -",
+        "steps 5-25 against step 1 (every arm's step 1 is the same batch); `critic_init` is the reward model in `<SFT start>/rm_v1`",
+        tuple(range(6)), "56_value_init"),
+}

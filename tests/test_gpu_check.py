@@ -65,7 +65,7 @@ def test_trainer_cell_names_defined():
 def test_notebook_cells_found():
     cells = gc.trainer_cells()
     assert "#| gpu" in cells[-1] and "small = dict(" in cells[1]
-    assert "D3_ARMS" in gc.find_cell("50_failure_modes.ipynb", "D3_ARMS", "sft4g", flag="gpu")
+    assert "D3_ARMS" in gc.find_cell("53_dynamic_sampling.ipynb", "D3_ARMS", "sft4g", flag="gpu")
     with pytest.raises(ValueError, match="expected one code cell"): gc.find_cell("33_trainer.ipynb", "no such text anywhere")
 
 def test_logprob_part_on_cpu():
