@@ -43,8 +43,9 @@ test-py: venv ## pytest over tests/, with the 15 slowest tests
 
 # The GPU check's dry run (seconds): without CUDA every part of .ci/gpu_check.py is prepared (the notebook cells it runs are
 # found and compiled) and recorded as skipped; its runner logic is tested in tests/test_gpu_check.py (part of test-py).
-test-gpu-dry: venv ## the GPU check's dry run without CUDA (seconds)
+test-gpu-dry: venv ## the GPU check's and the GPU notebook cells' dry runs without CUDA (seconds)
 	$(PY) .ci/gpu_check.py --out build/gpu_check_dry
+	$(PY) .ci/gpu_cells.py --dry
 
 # On a CUDA machine: CUDA tests, the trainer's #| gpu cell, GRPO step / generation vs TRL and HF, the log-prob kernel at
 # V = 151936, a short D3 run; one JSON and one log under $$OUT (default ./gpu_check_out). No venv needed: the device

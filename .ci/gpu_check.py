@@ -305,7 +305,7 @@ class Part:
 PARTS = [Part("cuda_tests", 100, part_cuda_tests),
          Part("trainer_smoke", 50, part_trainer_smoke, prepare=trainer_cells),
          Part("bench", 120, part_bench),
-         Part("logprob", 30, part_logprob),
+         Part("logprob", 90, part_logprob),
          Part("failure_d3", 70, part_failure_d3, prepare=lambda: find_cell("53_dynamic_sampling.ipynb", "D3_ARMS", "sft4g", flag="gpu"))]
 
 def _selftest_parts() -> list[Part]:

@@ -9,9 +9,12 @@ from pathlib import Path
 import torch
 from .models import _quiet_hf
 from .trainconfig import TrainConfig
+from .rundir import RunDir
+
 
 # %% auto #0
-__all__ = ['MODEL_DIR', 'Meter', 'Reporter', 'final_metrics', 'model_card', 'export_model']
+__all__ = ['RENAMED_WITH_REWARDS', 'MODEL_DIR', 'Meter', 'named_row', 'Reporter', 'final_metrics', 'model_card', 'export_model',
+           'TrainResult']
 
 # %% ../nbs/31_report.ipynb #fe337c1d
 class Meter:
@@ -36,6 +39,13 @@ class Meter:
         out = {k: (t[i] / t[n + i]).item() if t[n + i] > 0 else None for i, k in enumerate(ks)}
         out.update({k: m[i].item() for i, k in enumerate(mk)})
         return {**out, **self.fixed}
+
+# %% ../nbs/31_report.ipynb #aa9018a7
+RENAMED_WITH_REWARDS = {"acc": "frac_reward_ge1", "heldout_acc": "heldout_reward", "heldout_sample_acc": "heldout_sample_reward"}  # no verifier: no accuracy
+
+def named_row(cfg:TrainConfig, row:dict) -> dict:
+    "A metric row with the names it deserves: with reward functions (`TrainConfig.reward`), no key says accuracy."
+    return row if not cfg.reward else {RENAMED_WITH_REWARDS.get(k, k): v for k, v in row.items()}
 
 # %% ../nbs/31_report.ipynb #b181f79f
 def _wandb_run(out_dir:str, config:dict):
@@ -138,3 +148,17 @@ def export_model(run,  # the run (`rl_notes.trainer.Run`): its config, policy, t
     if path.exists(): path.rename(old)
     tmp.rename(path); shutil.rmtree(old, ignore_errors=True)
     return path
+
+# %% ../nbs/31_report.ipynb #2f69d766
+class TrainResult(list):
+    "What `train` returns: the run's metric rows (a list, so code that reads rows keeps working) and where its files are."
+    def __init__(self, rows:list[dict], out_dir:str|Path):
+        super().__init__(rows)
+        self.out_dir = Path(out_dir)                                   # the run directory
+        self.metrics_file = self.out_dir / RunDir.METRICS              # one JSON row per line
+        m = self.out_dir / MODEL_DIR
+        self.model_dir = m if m.is_dir() else None                     # the Hugging Face model (None: stopped before any checkpoint)
+    rows = property(lambda self: list(self), doc="the metric rows, as a plain list")
+    final = property(lambda self: final_metrics(self), doc="the last value of each metric")
+    def __repr__(self): return f"TrainResult({len(self)} rows, out_dir={str(self.out_dir)!r}, model_dir={self.model_dir and str(self.model_dir)!r})"
+

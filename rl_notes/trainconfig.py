@@ -4,15 +4,16 @@
 
 # %% ../nbs/21_trainconfig.ipynb #98a302f4
 from __future__ import annotations
-import os, dataclasses, functools, importlib.util
+import os, warnings, dataclasses, functools, importlib.util
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 from typing import Literal
 from .configs import validate_config, from_trl, TRL_NAMES
 
 # %% auto #0
-__all__ = ['PRESETS', 'RUN_CONTROL', 'KEY_LATE', 'CHARS', 'OFFPOLICY_FIELDS', 'PATH_FIELDS', 'Algo', 'get_algo', 'TrainConfig',
-           'trl_config', 'SFTConfig', 'reward_spec', 'offpolicy_settings', 'sampler_differs', 'dir_problem']
+__all__ = ['PRESETS', 'RUN_CONTROL', 'KEY_LATE', 'CHARS', 'OFFPOLICY_FIELDS', 'LAB_DEFAULTS', 'REAL_MODEL_PARAMS', 'PATH_FIELDS',
+           'Algo', 'get_algo', 'TrainConfig', 'trl_config', 'SFTConfig', 'reward_spec', 'offpolicy_settings',
+           'sampler_differs', 'dir_problem']
 
 # %% ../nbs/21_trainconfig.ipynb #2efb1170
 def _f(default, **rules):
@@ -25,9 +26,10 @@ def _known(cls, d:dict) -> dict:
     if bad: raise ValueError(f"unknown {cls.__name__} field(s) {sorted(bad)}; valid: {', '.join(f.name for f in dataclasses.fields(cls))}")
     return d
 
-def _one_of(table:dict, v) -> str|None:
-    "A `check`: `v` must be a key of `table` (looked up when checked, so an entry added later counts)."
-    return None if v in table else "must be one of " + ", ".join(map(repr, table))
+def _one_of(table:dict, v, or_none:bool=False) -> str|None:
+    "A `check`: `v` must be a key of `table` (looked up when checked, so an entry added later counts), or None when `or_none`."
+    if v in table or (or_none and v is None): return None
+    return "must be one of " + ", ".join(map(repr, table)) + (" or None" if or_none else "")
 
 def _lam_or_adaptive(v) -> str|None:
     "A `check` for `lam_actor`: a lambda in [0, 1], or VAPO's length-adaptive one."
@@ -74,7 +76,7 @@ class Algo:
     tis: str|None = _f(None, choices=("token_truncate", "token_mask", "sequence_truncate", "sequence_mask"))  # sampler-mismatch correction (TRL's names); None: off
     tis_c_max: float|None = _f(2.0, gt=0)  # C_max of the correction; None: no upper bound
     tis_c_min: float|None = _f(None, ge=0)  # C_min of the correction; None: no lower bound
-    rs: str|None = _f(None, check=lambda v: None if v is None else _one_of(_table("rs"), v))  # rejection: weight 0 on the tokens ("token": IcePop's mask) or whole responses ("sequence", "geometric" mean) whose ratio pi_old / mu leaves [rs_low, rs_high]; None: off
+    rs: str|None = _f(None, check=lambda v: _one_of(_table("rs"), v, or_none=True))  # rejection: weight 0 on the tokens ("token": IcePop's mask) or whole responses ("sequence", "geometric" mean) whose ratio pi_old / mu leaves [rs_low, rs_high]; None: off
     rs_low: float = _f(0.5, gt=0, le=1)  # smallest ratio `rs` keeps
     rs_high: float = _f(2.0, ge=1)  # largest ratio `rs` keeps (IcePop: 5)
     opsm_delta: float|None = None  # DeepSeek-V3.2's off-policy sequence mask: weight 0 on responses with A < 0 whose mean log mu - log pi_old exceeds delta; None: off
@@ -323,6 +325,21 @@ def sampler_differs(cfg:TrainConfig) -> bool:
     "Does the policy that samples differ from the one that learns (`sampler_dtype`, `sampler_lag`, `sampler_temperature`)?"
     return bool(cfg.sampler_dtype or cfg.sampler_lag or (cfg.sampler_temperature is not None and cfg.sampler_temperature != cfg.temperature))
 
+
+# %% ../nbs/21_trainconfig.ipynb #5b127c5b
+LAB_DEFAULTS = {"lr": 5e-4, "max_new_tokens": 16}  # TrainConfig's defaults, sized for the lab's tiny models
+REAL_MODEL_PARAMS = 100_000_000  # above this many parameters those defaults are the wrong ones
+
+def _warn_tiny_defaults(cfg:TrainConfig,
+                        model,  # any object with `parameters()` (a torch module)
+                       ) -> str|None:
+    "Warn (and return the message) when a model over `REAL_MODEL_PARAMS` parameters keeps one of the lab's tiny-model defaults."
+    n, kept = sum(p.numel() for p in model.parameters()), {k: v for k, v in LAB_DEFAULTS.items() if getattr(cfg, k) == v}
+    if n <= REAL_MODEL_PARAMS or not kept: return None
+    msg = (f"the model has {n / 1e6:.0f}M parameters but TrainConfig keeps the tiny-model default(s) {kept}; for a real model set "
+           "lr (--learning-rate) near 1e-6 and max_new_tokens (--max-completion-length) to the answers' length (TRL's defaults: 1e-6 and 512)")
+    warnings.warn(msg, stacklevel=3)
+    return msg
 
 # %% ../nbs/21_trainconfig.ipynb #54df6572
 def dir_problem(path:str) -> str|None:

@@ -23,17 +23,16 @@ from .rundir import RunDir, RunLock, run_mode
 from .checkpoint import CheckpointError
 from .cache import cache_dir, content_sha256
 from .trainconfig import (Algo, TrainConfig, RUN_CONTROL, PATH_FIELDS, _dataset_label, _reward_file, _resolved,
-                                  dir_problem, _check_extras)
+                                  dir_problem, _check_extras, _warn_tiny_defaults)
 from .algo import Batch, make_batch, ADVANTAGE_ESTIMATORS, POLICY_LOSSES, Tokens, modify_tokens
-from .report import Meter, Reporter, MODEL_DIR, final_metrics, export_model
+from .report import Meter, Reporter, export_model, TrainResult, named_row
 from .policies import Sampler, Reference
 
 
 # %% auto #0
-__all__ = ['LAB_DEFAULTS', 'REAL_MODEL_PARAMS', 'RENAMED_WITH_REWARDS', 'heldout_eval', 'TrainingDiverged', 'seed_everything',
-           'Run', 'preflight', 'content_fingerprints', 'check_content', 'setup', 'PeerFailed', 'together', 'collect',
-           'advantages', 'update', 'heldout', 'eval_due', 'log_row', 'checkpoint', 'value_pretrain_step', 'StopRequest',
-           'TrainResult', 'train']
+__all__ = ['heldout_eval', 'TrainingDiverged', 'seed_everything', 'Run', 'preflight', 'content_fingerprints', 'check_content',
+           'setup', 'PeerFailed', 'together', 'collect', 'advantages', 'update', 'heldout', 'eval_due', 'log_row',
+           'checkpoint', 'value_pretrain_step', 'StopRequest', 'train']
 
 # %% ../nbs/33_trainer.ipynb #f189dc6a
 def heldout_eval(model, tokenizer,
@@ -110,19 +109,6 @@ class Run:
         if self.lock is not None: self.lock.release(); self.lock = None
     def __enter__(self): return self
     def __exit__(self, *exc): self.close()
-
-# %% ../nbs/33_trainer.ipynb #026f0257
-LAB_DEFAULTS = {"lr": 5e-4, "max_new_tokens": 16}  # TrainConfig's defaults, sized for the lab's tiny models
-REAL_MODEL_PARAMS = 100_000_000  # above this many parameters those defaults are the wrong ones
-
-def _warn_tiny_defaults(cfg:TrainConfig, model) -> str|None:
-    "Warn (and return the message) when a model over `REAL_MODEL_PARAMS` parameters keeps one of the lab's tiny-model defaults."
-    n, kept = sum(p.numel() for p in model.parameters()), {k: v for k, v in LAB_DEFAULTS.items() if getattr(cfg, k) == v}
-    if n <= REAL_MODEL_PARAMS or not kept: return None
-    msg = (f"the model has {n / 1e6:.0f}M parameters but TrainConfig keeps the tiny-model default(s) {kept}; for a real model set "
-           "lr (--learning-rate) near 1e-6 and max_new_tokens (--max-completion-length) to the answers' length (TRL's defaults: 1e-6 and 512)")
-    warnings.warn(msg, stacklevel=3)
-    return msg
 
 # %% ../nbs/33_trainer.ipynb #62645a04
 def _models(cfg:TrainConfig, acc, model_dir:Path|None=None) -> dict:
@@ -419,11 +405,6 @@ def _reward_stats(run:Run, reward:torch.Tensor, per_func:dict, n:float, mt:Meter
         mt.add(f"rewards/{k}/mean", v[ok].mean() if ok.any() else 0.0, w)
         mt.add(f"rewards/{k}/std", v[ok].std() if ok.sum() > 1 else 0.0, w if ok.sum() > 1 else 0)
 
-RENAMED_WITH_REWARDS = {"acc": "frac_reward_ge1", "heldout_acc": "heldout_reward", "heldout_sample_acc": "heldout_sample_reward"}  # no verifier: no accuracy
-
-def _named(run:Run, row:dict) -> dict:
-    "A metric row with the names it deserves: with reward functions (`TrainConfig.reward`), no key says accuracy."
-    return row if not run.cfg.reward else {RENAMED_WITH_REWARDS.get(k, k): v for k, v in row.items()}
 
 # %% ../nbs/33_trainer.ipynb #1c0f4ff8
 def _values(critic, ro:Rollout) -> torch.Tensor:
@@ -618,7 +599,7 @@ def eval_due(cfg:TrainConfig, step:int) -> bool:
 
 def log_row(run:Run, row:dict):
     "Keep a metric row, append it to metrics.jsonl (main process; flushed line by line), and report it (TensorBoard / trackio)."
-    row = _named(run, row)
+    row = named_row(run.cfg, row)
     run.rows.append(row)
     if run.main: run.log.append(row)
     if run.reporter is not None: run.reporter.log(row)
@@ -670,18 +651,6 @@ def _stop(run:Run, step:int):
     raise KeyboardInterrupt(f"stopped by Ctrl-C after step {step}")
 
 # %% ../nbs/33_trainer.ipynb #659114af
-class TrainResult(list):
-    "What `train` returns: the run's metric rows (a list, so code that reads rows keeps working) and where its files are."
-    def __init__(self, rows:list[dict], out_dir:str|Path):
-        super().__init__(rows)
-        self.out_dir = Path(out_dir)                                   # the run directory
-        self.metrics_file = self.out_dir / RunDir.METRICS              # one JSON row per line
-        m = self.out_dir / MODEL_DIR
-        self.model_dir = m if m.is_dir() else None                     # the Hugging Face model (None: stopped before any checkpoint)
-    rows = property(lambda self: list(self), doc="the metric rows, as a plain list")
-    final = property(lambda self: final_metrics(self), doc="the last value of each metric")
-    def __repr__(self): return f"TrainResult({len(self)} rows, out_dir={str(self.out_dir)!r}, model_dir={self.model_dir and str(self.model_dir)!r})"
-
 @contextlib.contextmanager
 def _diverged_at(run:Run, step):
     "Non-finite logits met during `step` (weights blown up by the previous update) stop the run as `TrainingDiverged`."
