@@ -1,0 +1,134 @@
+"""Nothing of the user's is lost, nothing hangs, and every refusal is one line: each case through `rl_notes.cli.main`, checked
+for its exit status, the one line the user sees, and the sha256 of every user file before and after."""
+import hashlib, io, json, os, shutil, sys
+from pathlib import Path
+
+import pytest
+
+from rl_notes.cli import main
+
+
+def digest(*paths) -> dict:
+    "sha256 of every file under each path (or of the file; a symlink by its target's bytes)."
+    out = {}
+    for p in map(Path, paths):
+        files = [p] if p.is_file() else sorted(f for f in p.rglob("*") if f.is_file())
+        out.update({str(f): hashlib.sha256(f.read_bytes()).hexdigest() for f in files})
+    return out
+
+
+def one_line(capsys, status, want, prefix, *msgs) -> str:
+    "stderr is one line starting with `prefix` and holding each of `msgs`; the exit status is `want`."
+    err = capsys.readouterr().err
+    lines = [l for l in err.splitlines() if l.strip() and not l.lstrip().startswith(("warnings.warn", "/")) and "Warning" not in l]
+    assert status == want, err
+    assert len(lines) == 1 and lines[0].startswith(prefix), err
+    for m in msgs: assert m in lines[0], lines[0]
+    return lines[0]
+
+
+DOC = "rl_notes doctor: error:"
+
+
+def rows_file(p, n=10, extra=None):
+    p.write_text("".join(json.dumps({"step": i, "reward": 0.1 * i, "entropy": 1.0, **(extra or {})}) + "\n" for i in range(1, n + 1)))
+    return p
+
+
+# (1) the doctor reads regular files only, parses everything into one line, and never writes onto its input
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "loop", "config_fifo"])
+def test_doctor_reads_regular_files_only(tmp_path, capsys, kind):
+    if kind == "fifo": os.mkfifo(f := tmp_path / "metrics.jsonl"); msg = "a FIFO (named pipe), not a regular file"
+    elif kind == "device": f, msg = "/dev/zero", "a device, not a regular file"
+    elif kind == "loop": os.symlink("loop", f := tmp_path / "loop"); msg = "too many levels of symbolic links"
+    else:
+        f = tmp_path / "run"; f.mkdir(); rows_file(f / "metrics.jsonl", extra={"resp_len": 3})
+        os.mkfifo(f / "config.json"); msg = "config.json: a FIFO (named pipe), not a regular file"
+    one_line(capsys, main(["doctor", str(f)]), 2, DOC, msg)
+
+
+def test_doctor_size_guard(tmp_path, capsys, monkeypatch):
+    import rl_notes.doctor as doc
+    monkeypatch.setattr(doc, "MAX_BYTES", 100)
+    one_line(capsys, main(["doctor", str(rows_file(tmp_path / "m.jsonl"))]), 2, DOC, "bytes, more than the doctor reads")
+
+
+@pytest.mark.parametrize("name, data, msg", [
+    ("deep.jsonl", b'{"step": 1, "reward": 1}\n' + b"[" * 100_000 + b"]" * 100_000 + b"\n", "deep.jsonl:2: column 1: nested deeper"),
+    ("state/trainer_state.json", b"[" * 100_000 + b"]" * 100_000, "trainer_state.json:1: column 1: nested deeper"),
+    ("nan_step.jsonl", b'{"step": NaN, "reward": 1}\n', "nan_step.jsonl: row 1: step nan is not a finite number"),
+    ("inf_step.jsonl", b'{"step": Infinity, "reward": 1}\n', "row 1: step inf is not a finite number"),
+    ("big_step.jsonl", b'{"step": 1' + b"0" * 400 + b', "reward": 1}\n', "row 1: step inf is not a finite number"),
+    ("latin1.jsonl", '{"step": 1, "x": "caf\u00e9"}\n'.encode("latin-1"), "latin1.jsonl:1: column 22: byte 0xe9 is not UTF-8"),
+])
+def test_doctor_parse_failures_are_one_line(tmp_path, capsys, name, data, msg):
+    f = tmp_path / name; f.parent.mkdir(exist_ok=True); f.write_bytes(data); before = digest(f)
+    one_line(capsys, main(["doctor", str(f)]), 2, DOC, msg)
+    assert digest(f) == before
+
+
+def test_doctor_counts_values_that_are_not_numbers(tmp_path, capsys):
+    "An integer beyond a float's range, verl's 'n/a' or a list: skipped and counted in the report, never an exception."
+    f = tmp_path / "v.jsonl"
+    f.write_text("".join(json.dumps({"step": i, "data": {"actor/entropy": 1.0, "critic/score/mean": "n/a" if i == 2 else 0.5,
+                                                          "val-core/x/acc/mean@1": [1, 2] if i == 3 else 0.4}}) + "\n" for i in range(1, 6))
+                 + '{"step": 6, "data": {"actor/entropy": 1' + "0" * 400 + "}}\n")
+    assert main(["doctor", str(f), "--json", "-"]) == 0
+    out = capsys.readouterr().out
+    assert "values skipped (not a finite number): 3 (actor/entropy x1, critic/score/mean x1, val-core/x/acc/mean@1 x1)" in out
+    assert json.loads(out[out.index("\n{") + 1:])["dropped"] == {"actor/entropy": 1, "critic/score/mean": 1, "val-core/x/acc/mean@1": 1}
+
+
+@pytest.mark.parametrize("enc, sep", [("utf-8-sig", ";"), ("utf-8", "\t"), ("utf-8-sig", ",")])
+def test_doctor_csv_bom_and_delimiter(tmp_path, capsys, enc, sep):
+    f = tmp_path / "export.csv"
+    f.write_bytes((f"step{sep}reward{sep}entropy\n" + "".join(f"{i}{sep}{0.1 * i}{sep}1.0\n" for i in range(1, 11))).encode(enc))
+    assert main(["doctor", str(f), "--json", "-"]) == 0
+    rep = json.loads((o := capsys.readouterr().out)[o.index("\n{") + 1:])
+    assert rep["metrics"] == ["entropy", "reward"] and rep["n_steps"] == 10 and rep["unmapped"] == []
+
+
+def test_doctor_map_one_source_twice_is_refused(tmp_path, capsys):
+    f = rows_file(tmp_path / "m.jsonl", extra={"iter": 1})
+    one_line(capsys, main(["doctor", str(f), "--map", "iter=step", "--map", "iter=entropy"]), 2, DOC,
+             "--map maps 'iter' twice (iter=step, iter=entropy)")
+
+
+@pytest.mark.parametrize("opt", ["--json", "--png"])
+def test_doctor_never_writes_onto_its_input(tmp_path, capsys, opt):
+    run = tmp_path / "run"; run.mkdir(); f = rows_file(run / "metrics.jsonl", extra={"resp_len": 3}); before = digest(run)
+    for target, force in ((f, []), (f, ["--force"]), (run / "config.json", ["--force"])):
+        if target.name == "config.json": target.write_text("{}"); before = digest(run)
+        one_line(capsys, main(["doctor", str(run), opt, str(target), *force]), 2, DOC,
+                 "is the file the doctor reads" if force or target == f else "exists")
+        assert digest(run) == before
+    os.symlink(f, link := tmp_path / "link.json")                   # through a link to the input: refused too
+    one_line(capsys, main(["doctor", str(f), opt, str(link), "--force"]), 2, DOC, "is the file the doctor reads")
+    assert digest(run) == before
+
+
+def test_doctor_outputs_are_atomic_and_never_replace_a_users_file(tmp_path, capsys):
+    f = rows_file(tmp_path / "m.jsonl"); mine = tmp_path / "report.json"; mine.write_text("my notes"); png = tmp_path / "d.png"
+    one_line(capsys, main(["doctor", str(f), "--json", str(mine), "--png", str(png)]), 2, DOC,
+             f"--json '{mine}' exists; nothing was written: pass --force")
+    assert mine.read_text() == "my notes" and not png.exists()
+    assert main(["doctor", str(f), "--json", str(mine), "--png", str(png), "--force"]) == 0
+    assert json.loads(mine.read_text())["source"] == "csv" and png.read_bytes()[:4] == b"\x89PNG"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.png", "m.jsonl", "report.json"]     # no temp file left
+    target = tmp_path / "users_file"; target.write_text("keep"); os.symlink(target, link := tmp_path / "out.json")
+    assert main(["doctor", str(f), "--json", str(link), "--force"]) == 0                     # the link is replaced, not followed
+    assert target.read_text() == "keep" and not link.is_symlink()
+    capsys.readouterr()
+
+
+def test_doctor_broken_pipe_is_quiet(tmp_path, capsys, monkeypatch):
+    "`rl_notes doctor RUN | head`: stdout closes; no 'Broken pipe' line, status 0, and the --json file is written before any printing."
+    class Closed(io.StringIO):
+        def write(self, s): raise BrokenPipeError(32, "Broken pipe")
+        def fileno(self): raise io.UnsupportedOperation("fileno")
+    f = rows_file(tmp_path / "m.jsonl")
+    monkeypatch.setattr(sys, "stdout", Closed())
+    assert main(["doctor", str(f), "--json", str(tmp_path / "r.json")]) == 0
+    monkeypatch.undo()
+    assert capsys.readouterr().err == "" and json.loads((tmp_path / "r.json").read_text())["n_steps"] == 10
