@@ -31,9 +31,9 @@ from .policies import Sampler, Reference
 
 # %% auto #0
 __all__ = ['LAB_DEFAULTS', 'REAL_MODEL_PARAMS', 'RENAMED_WITH_REWARDS', 'heldout_eval', 'TrainingDiverged', 'seed_everything',
-           'Run', 'preflight', 'content_fingerprints', 'check_content', 'setup', 'PeerFailed', 'together', 'collect',
-           'advantages', 'update', 'heldout', 'eval_due', 'log_row', 'checkpoint', 'value_pretrain_step', 'StopRequest',
-           'TrainResult', 'train']
+           'Run', 'preflight', 'content_fingerprints', 'check_content', 'paths_read', 'setup', 'PeerFailed', 'together',
+           'collect', 'advantages', 'update', 'heldout', 'eval_due', 'log_row', 'checkpoint', 'value_pretrain_step',
+           'StopRequest', 'TrainResult', 'train']
 
 # %% ../nbs/33_trainer.ipynb #f189dc6a
 def heldout_eval(model, tokenizer,
@@ -267,10 +267,15 @@ def _on_main(acc, fn):
         err = broadcast_object_list([err])[0]
     if err is not None: raise err
 
+def paths_read(cfg:TrainConfig) -> list[str]:
+    "The paths a run reads (its dataset, reward files, model, critic_init): `--overwrite` never deletes them (`RunDir.prepare`'s `protect`)."
+    rewards = [s.rpartition(":")[0] for s in cfg.reward or [] if isinstance(s, str) and s.rpartition(":")[0].endswith(".py")]
+    return [p for p in (cfg.dataset, cfg.model, cfg.critic_init, *rewards) if isinstance(p, (str, os.PathLike)) and str(p)]
+
 def _open_dir(run:Run):
     "Open out_dir (main process: lock it, in the mode `resume` / `overwrite` ask for); resume from its checkpoint; (re)write config.json and metrics.jsonl."
     cfg = run.cfg
-    def claim(): run.lock = run.dir.open(run_mode(cfg.resume, cfg.overwrite)).lock   # a killed swap's checkpoint is put back
+    def claim(): run.lock = run.dir.open(run_mode(cfg.resume, cfg.overwrite), protect=paths_read(cfg)).lock   # a killed swap's checkpoint is put back
     _on_main(run.acc, claim)
     rows = []
     if cfg.resume and run.dir.ckpt.is_dir():

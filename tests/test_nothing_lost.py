@@ -132,3 +132,52 @@ def test_doctor_broken_pipe_is_quiet(tmp_path, capsys, monkeypatch):
     assert main(["doctor", str(f), "--json", str(tmp_path / "r.json")]) == 0
     monkeypatch.undo()
     assert capsys.readouterr().err == "" and json.loads((tmp_path / "r.json").read_text())["n_steps"] == 10
+
+
+# train: a tiny chat model, a chat dataset and a reward file (as in test_cli_safety.py)
+
+REWARDS = '''
+def says(prompts, completions, answer, **kw): return [float(a in c[0]["content"]) for c, a in zip(completions, answer)]
+'''
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    from rl_notes.models import save_tiny_chat_model
+    root = tmp_path_factory.mktemp("lost")
+    save_tiny_chat_model(root / "model", vocab_size=300, hidden_size=32, num_layers=1)
+    with open(root / "chat.jsonl", "w") as f:
+        for i in range(16): f.write(json.dumps({"prompt": [{"role": "user", "content": f"What is {i}+1?"}], "answer": str(i + 1)}) + "\n")
+    (root / "rewards.py").write_text(REWARDS)
+    return root
+
+
+@pytest.fixture(autouse=True)
+def cache_root(tmp_path, monkeypatch):
+    monkeypatch.setenv("RL_NOTES_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("TQDM_DISABLE", "1")
+    return tmp_path / "cache"
+
+
+def args(world, out, *extra, dataset=None, reward=None, model=None):
+    return ["train", "--model", str(model or world / "model"), "--dataset", str(dataset or world / "chat.jsonl"),
+            "--steps", "2", "--n-prompts", "2", "--group-size", "2", "--max-new-tokens", "4", "--n-eval", "0", "--quiet",
+            "--threads", "1", "--out", str(out), "--reward", f"{reward or world / 'rewards.py'}:says"] + [str(e) for e in extra]
+
+
+ERR = "rl_notes: error:"
+
+
+# (2) --overwrite deletes only what the marker lists, never what the new run reads
+
+def test_overwrite_keeps_what_the_new_run_reads(world, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(args(world, run, "--steps", "1")) == 0
+    shutil.copy(world / "chat.jsonl", data := run / "eval-mydata.json")          # a dataset named like a run's evaluation
+    (run / "tensorboard").mkdir(); shutil.copy(world / "rewards.py", rew := run / "tensorboard" / "rewards.py")   # inside a run name
+    before = digest(data, rew)
+    assert main(args(world, run, "--steps", "1", "--overwrite", dataset=data, reward=rew)) == 0
+    assert digest(data, rew) == before
+    assert json.loads((run / ".rl_notes_run").read_text())["files"] == ["config.json", "metrics.jsonl", "ckpt", "done.json", "log.txt",
+                                                                         "tensorboard", "wandb", "model"]
+    capsys.readouterr()
