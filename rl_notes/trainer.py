@@ -25,7 +25,7 @@ from .cache import cache_dir, content_sha256
 from .trainconfig import (Algo, TrainConfig, RUN_CONTROL, PATH_FIELDS, _dataset_label, _reward_file, _resolved,
                                   dir_problem, _check_extras)
 from .algo import Batch, make_batch, ADVANTAGE_ESTIMATORS, POLICY_LOSSES, Tokens, modify_tokens
-from .report import Meter, Reporter, MODEL_DIR, final_metrics, export_model
+from .report import Meter, Reporter, MODEL_DIR, final_metrics, export_model, export_step, recover_model
 from .policies import Sampler, Reference
 
 
@@ -717,6 +717,10 @@ def train(cfg:TrainConfig,  # the run
     with setup(cfg, accelerator) as run, StopRequest(run.W == 1) as stop:   # data parallel: Ctrl-C stops every process at once, as before
         if run.start == 0:
             with _marked(0): _first_rows(run)
+        elif run.main:
+            recover_model(m := Path(cfg.out_dir) / MODEL_DIR)            # a killed export's swap put back, a link there unlinked
+            if export_step(m) != run.start:                             # model/ missing or stale (an export that failed, a Ctrl-C)
+                with _marked(run.start): export_model(run, run.start)   # from the checkpoint just loaded
         bar = tqdm(range(run.start + 1, cfg.steps + 1), desc=run.algo.name, disable=not (cfg.progress and run.main),
                    initial=run.start, total=cfg.steps)
         for step in bar:

@@ -181,3 +181,60 @@ def test_overwrite_keeps_what_the_new_run_reads(world, tmp_path, capsys):
     assert json.loads((run / ".rl_notes_run").read_text())["files"] == ["config.json", "metrics.jsonl", "ckpt", "done.json", "log.txt",
                                                                          "tensorboard", "wandb", "model"]
     capsys.readouterr()
+
+
+# (3) the exported model records its step; a kill, a failed export or a symlink never leaves a wrong or a user's model
+
+def test_a_symlink_at_model_tmp_is_never_followed(world, tmp_path, capsys):
+    from rl_notes.report import export_step
+    run, users = tmp_path / "run", tmp_path / "users_model"
+    assert main(args(world, run, "--steps", "1")) == 0
+    shutil.copytree(world / "model", users); before = digest(users)
+    for name in ("model.tmp", "model.old"): os.symlink(users, run / name)
+    assert main(args(world, run, "--steps", "2", "--resume")) == 0
+    assert digest(users) == before and export_step(run / "model") == 2
+    assert not os.path.lexists(run / "model.tmp") and not os.path.lexists(run / "model.old")
+    capsys.readouterr()
+
+
+def test_resume_reexports_after_a_failed_export(world, tmp_path, capsys, monkeypatch):
+    import rl_notes.trainer as tr
+    from rl_notes.report import export_step
+    run, real = tmp_path / "run", tr.export_model
+    def fails_at_2(r, step, *a, **kw):
+        if step == 2: raise OSError(28, "No space left on device")
+        return real(r, step, *a, **kw)
+    monkeypatch.setattr(tr, "export_model", fails_at_2)
+    one_line(capsys, main(args(world, run, "--save-every", "1")), 1, ERR, "No space left on device", "(at step 2)", "the last checkpoint (step 2)")
+    assert export_step(run / "model") == 1
+    monkeypatch.setattr(tr, "export_model", real)
+    assert main(args(world, run, "--resume")) == 0
+    assert f"model (Hugging Face format): {run / 'model'}" in capsys.readouterr().out and export_step(run / "model") == 2
+
+
+def test_a_killed_export_swap_is_recovered(world, tmp_path, capsys):
+    from rl_notes.report import export_step
+    run = tmp_path / "run"
+    assert main(args(world, run, "--steps", "1")) == 0
+    os.rename(run / "model", run / "model.old"); (run / "model.tmp").mkdir(); (run / "model.tmp" / "config.json").write_text("{")   # killed mid-swap
+    before = digest(run / "model.old")
+    with pytest.warns(UserWarning, match="recovered .*model from model.old"):
+        assert main(args(world, run, "--steps", "1", "--resume")) == 0
+    assert {k.replace("model.old", "model"): v for k, v in before.items()} == digest(run / "model") and export_step(run / "model") == 1
+    assert not (run / "model.tmp").exists() and not (run / "model.old").exists()
+    capsys.readouterr()
+
+
+def test_a_model_tmp_that_cannot_be_cleared_stops_the_run(world, tmp_path, capsys, monkeypatch):
+    import rl_notes.report as rep
+    run = tmp_path / "run"
+    assert main(args(world, run, "--steps", "1")) == 0
+    (run / "model.tmp").mkdir(); (run / "model.tmp" / "x").write_text("stuck")
+    real = rep.shutil.rmtree
+    def refuses(p, *a, **kw):
+        if Path(p).name == "model.tmp": raise PermissionError(13, "Permission denied")
+        return real(p, *a, **kw)
+    monkeypatch.setattr(rep.shutil, "rmtree", refuses)
+    before = digest(run / "model")
+    one_line(capsys, main(args(world, run, "--resume")), 2, ERR, f"cannot clear {run / 'model.tmp'} before exporting the model (Permission denied)")
+    assert digest(run / "model") == before
