@@ -238,3 +238,44 @@ def test_a_model_tmp_that_cannot_be_cleared_stops_the_run(world, tmp_path, capsy
     before = digest(run / "model")
     one_line(capsys, main(args(world, run, "--resume")), 2, ERR, f"cannot clear {run / 'model.tmp'} before exporting the model (Permission denied)")
     assert digest(run / "model") == before
+
+
+# (4) eval imports a run's code only when the user names it or trusts the run
+
+def test_eval_imports_run_code_only_when_trusted(world, tmp_path, capsys):
+    rew = tmp_path / "their_rewards.py"
+    rew.write_text("open(__file__ + '.imported', 'w').close()\n" + REWARDS)   # the import itself leaves a trace
+    run = tmp_path / "run"
+    assert main(args(world, run, "--steps", "1", reward=rew) + ["--max-new-tokens", "4"]) == 0
+    (tmp_path / "their_rewards.py.imported").unlink(); capsys.readouterr()
+    before = digest(run, rew)
+    one_line(capsys, main(["eval", str(run), "--n", "2"]), 2, ERR,
+             f"the run's config.json names code that eval would import ({rew}:says); pass --trust-run-code")
+    assert not (tmp_path / "their_rewards.py.imported").exists() and digest(run, rew) == before
+    assert main(["eval", str(run), "--n", "2", "--trust-run-code"]) == 0
+    out, err = capsys.readouterr()
+    assert f"rl_notes eval: importing the run's code: {rew}:says" in err and json.loads(out)["reward"] >= 0
+    assert (tmp_path / "their_rewards.py.imported").exists()
+    (tmp_path / "their_rewards.py.imported").unlink()
+    assert main(["eval", str(run), "--n", "2", "--reward", f"{world / 'rewards.py'}:says"]) == 0    # named by the user: no flag needed
+    assert not (tmp_path / "their_rewards.py.imported").exists()
+    capsys.readouterr()
+
+
+# (5) checks before the model loads and before any run directory is created
+
+@pytest.mark.parametrize("extra, msg", [
+    (["--n", "-1"], "--n must be >= 1 (test-split prompts to score), got -1"),
+    (["--n", "0"], "--n must be >= 1 (test-split prompts to score), got 0"),
+    (["--max-new-tokens", "0"], "--max-new-tokens must be >= 1, got 0"),
+])
+def test_eval_counts(world, capsys, extra, msg):
+    one_line(capsys, main(["eval", "--model", str(world / "model"), *extra]), 2, ERR, msg)
+
+
+def test_eval_binary_config_is_one_line(world, tmp_path, capsys):
+    run = tmp_path / "run"; (run / "model").mkdir(parents=True); shutil.copy(world / "model" / "config.json", run / "model" / "config.json")
+    (run / "metrics.jsonl").write_text(""); (run / "config.json").write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff")
+    before = digest(run)
+    one_line(capsys, main(["eval", str(run)]), 2, ERR, f"{run / 'config.json'}: not a run's config (not UTF-8 JSON")
+    assert digest(run) == before
