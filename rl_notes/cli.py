@@ -181,7 +181,8 @@ def _add_config_options(sec:dict, cls:str, hand:set):
             g.add_argument(*names, dest=f.name, action="store_false" if f.default else "store_true", default=argparse.SUPPRESS,
                            help=f"{f.name} = {not f.default}: {hlp}")
         else:
-            g.add_argument(opt, *aliases.get(f.name, ()), dest=f.name, type=t, choices=f.choices, default=argparse.SUPPRESS,
+            choices = f.choices and (tuple(f.choices) + ((None,) if "None" in [x.strip() for x in f.annotation.split("|")] else ()))   # `none` parses to None
+            g.add_argument(opt, *aliases.get(f.name, ()), dest=f.name, type=t, choices=choices, default=argparse.SUPPRESS,
                            metavar=None if f.choices else f.name.upper(), help=f"{hlp} (default {f.default})")
 
 def _given(a, cls:str, hand:set) -> dict:

@@ -95,6 +95,11 @@ class Algo:
         if fix and self.clip_anchor == "sampler":
             raise ValueError(f"Algo.clip_anchor='sampler' makes pi_old the sampler's mu, so Algo.{fix[0]} would weigh every token by 1; "
                              "use clip_anchor='learner' with it")
+        if self.tis_c_min is not None and self.tis_c_max is not None and self.tis_c_min > self.tis_c_max:
+            raise ValueError(f"Algo.tis_c_min ({self.tis_c_min:g}, TRL's vllm_importance_sampling_clip_min) must be <= Algo.tis_c_max "
+                             f"({self.tis_c_max:g}, vllm_importance_sampling_clip_max)")
+        if self.opsm_delta is not None and not self.opsm_delta >= 0:   # a negative delta masks every response with A < 0
+            raise ValueError(f"Algo.opsm_delta (TRL's off_policy_mask_threshold) must be >= 0 or None, got {self.opsm_delta}")
     @property
     def uses_critic(self) -> bool: return self.adv in _table("critic")
 
@@ -169,6 +174,11 @@ def _dir_path(p:str) -> str|None:
     return None
 
 # %% ../nbs/21_trainconfig.ipynb #c0bcfedc
+def _inside(a, b) -> bool:
+    "Is path `a` the path `b` or inside it (resolved)?"
+    a, b = os.path.realpath(a), os.path.realpath(b)
+    return a == b or a.startswith(b.rstrip(os.sep) + os.sep)
+
 @dataclass
 class TrainConfig:
     "Everything one RL run needs; `algo` is a preset name or an `Algo`."
@@ -244,6 +254,14 @@ class TrainConfig:
             raise ValueError(f"Algo.kl_horizon ({a.kl_horizon:g}) must exceed 0.2 x the responses per step ({self.n_prompts * self.group_size}), "
                              "or one step of the adaptive rule could make beta <= 0")
         if self.resume and self.overwrite: raise ValueError("TrainConfig.resume and overwrite exclude each other: continue the previous run, or replace it")
+        if self.sampler_lag > self.steps:
+            raise ValueError(f"TrainConfig.sampler_lag ({self.sampler_lag}) must be <= steps ({self.steps}): the sampler would never leave the initial weights")
+        if isinstance(self.model, str) and self.model and os.path.isdir(self.model):
+            if _inside(self.out_dir, self.model) and not _inside(self.model, self.out_dir):   # the model itself as out_dir: `claim_dir` says so
+                raise ValueError(f"TrainConfig.out_dir {self.out_dir!r} is inside the model directory {self.model!r}; nothing there was changed: "
+                                 "choose an out_dir outside it")
+            if (own := next((n for n in ("model", "ckpt") if _inside(self.model, os.path.join(self.out_dir, n))), None)):
+                raise ValueError(f"TrainConfig.model {self.model!r} is this run's own {own}/ in out_dir, which the run replaces; copy it elsewhere first")
         if self.reward_weights is not None and len(self.reward_weights) != len(self.reward or []):
             raise ValueError(f"TrainConfig.reward_weights has {len(self.reward_weights)} weights for {len(self.reward or [])} reward functions")
 

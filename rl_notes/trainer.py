@@ -284,6 +284,8 @@ def _open_dir(run:Run):
                                   tensors=_ckpt_tensor_names(run, run.dir.state()))
         _restore_extras(run, st)
         run.start = run.saved = st["step"]
+    if cfg.accept_changed and not run.start:
+        warnings.warn("TrainConfig.accept_changed (--accept-changed): this run starts fresh, with no checkpoint to resume, so there is nothing to accept")
     if run.main:
         run.dir.begin(rows, config=cfg.to_dict())                      # atomic: a kill leaves the old files or the new ones
         if cfg.report_to != "none": run.reporter = Reporter(cfg.report_to, cfg.out_dir, cfg.to_dict())

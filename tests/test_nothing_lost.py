@@ -279,3 +279,55 @@ def test_eval_binary_config_is_one_line(world, tmp_path, capsys):
     before = digest(run)
     one_line(capsys, main(["eval", str(run)]), 2, ERR, f"{run / 'config.json'}: not a run's config (not UTF-8 JSON")
     assert digest(run) == before
+
+
+@pytest.mark.parametrize("extra, msg", [
+    (["--vllm-importance-sampling-clip-min", "5", "--vllm-importance-sampling-clip-max", "2"],
+     "Algo.tis_c_min (5, TRL's vllm_importance_sampling_clip_min) must be <= Algo.tis_c_max (2, vllm_importance_sampling_clip_max)"),
+    (["--off-policy-mask-threshold", "-5"], "Algo.opsm_delta (TRL's off_policy_mask_threshold) must be >= 0 or None, got -5"),
+    (["--sampler-lag", "1000000000000"], "TrainConfig.sampler_lag (1000000000000) must be <= steps (2)"),
+])
+def test_train_checks_before_anything_is_created(world, tmp_path, capsys, extra, msg):
+    before = digest(world)
+    one_line(capsys, main(args(world, tmp_path / "run", *extra)), 2, ERR, msg)
+    assert not (tmp_path / "run").exists() and digest(world) == before
+
+
+def test_out_inside_model_and_model_inside_out_are_refused(world, tmp_path, capsys):
+    shutil.copytree(world / "model", model := tmp_path / "base"); before = digest(model)
+    one_line(capsys, main(args(world, model / "run", model=model)), 2, ERR, f"TrainConfig.out_dir '{model / 'run'}' is inside the model directory")
+    assert digest(model) == before and not (model / "run").exists()
+    run = tmp_path / "run"
+    assert main(args(world, run, "--steps", "1")) == 0
+    before = digest(run / "model")
+    one_line(capsys, main(args(world, run, "--overwrite", model=run / "model")), 2, ERR, "is this run's own model/ in out_dir, which the run replaces")
+    assert digest(run / "model") == before
+
+
+def test_sampler_dtype_none_is_accepted(world, tmp_path, capsys):
+    assert main(args(world, tmp_path / "run", "--steps", "1", "--sampler-dtype", "none")) == 0
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["sampler_dtype"] is None
+    capsys.readouterr()
+
+
+def test_accept_changed_on_a_fresh_run_warns(world, tmp_path, capsys):
+    with pytest.warns(UserWarning, match="--accept-changed.*starts fresh.*nothing to accept"):
+        assert main(args(world, tmp_path / "run", "--steps", "1", "--accept-changed")) == 0
+    capsys.readouterr()
+
+
+def test_resume_names_only_the_changed_fields(world, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(args(world, run, "--steps", "1", "--algo", "grpo_tis")) == 0
+    before = digest(run)
+    line = one_line(capsys, main(args(world, run, "--resume", "--algo", "grpo_tis", "--vllm-importance-sampling-clip-max", "3")), 2, ERR,
+                    "was written by a different configuration: algo.tis_c_max: checkpoint 2.0 != now 3")
+    assert len(line) < 400 and "eps_low" not in line and digest(run) == before
+
+
+def test_semicolon_csv_dataset_names_the_delimiter(world, tmp_path, capsys):
+    f = tmp_path / "data.csv"; f.write_text("prompt;answer\n" + "".join(f"What is {i}+1?;{i + 1}\n" for i in range(16)))
+    before = digest(f)
+    one_line(capsys, main(args(world, tmp_path / "run", dataset=f)), 2, ERR, "the header 'prompt;answer' has no `prompt` column but holds ';'",
+             "looks ';'-separated")
+    assert digest(f) == before and not (tmp_path / "run").exists()
