@@ -208,9 +208,17 @@ def read_state(path) -> dict:
 def _config_dict(cfg) -> dict:
     return cfg if isinstance(cfg, dict) else cfg.to_dict()
 
-def _cfg_diff(saved:dict, cur:dict, ignore=()) -> list[str]:
-    keys = sorted((set(saved) | set(cur)) - set(ignore))
-    return [f"{k}: checkpoint {saved.get(k)!r} != now {cur.get(k)!r}" for k in keys if saved.get(k) != cur.get(k)]
+def _short(v, n:int=80) -> str: r = repr(v); return r if len(r) <= n else r[:n - 3] + "..."
+
+def _cfg_diff(saved:dict, cur:dict, ignore=(), prefix:str="") -> list[str]:
+    "The fields that differ, as 'name: checkpoint X != now Y'; a nested config (`algo`) by its own fields, so the message names only what changed."
+    out = []
+    for k in sorted((set(saved) | set(cur)) - set(ignore)):
+        a, b = saved.get(k), cur.get(k)
+        if a == b: continue
+        if isinstance(a, dict) and isinstance(b, dict): out += _cfg_diff(a, b, (), f"{prefix}{k}.")
+        else: out.append(f"{prefix}{k}: checkpoint {_short(a)} != now {_short(b)}")
+    return out
 
 # %% ../nbs/26_checkpoint.ipynb #6c9224d9
 def save_checkpoint(path,  # the checkpoint directory (written as path.tmp, then swapped in)

@@ -181,7 +181,8 @@ def _add_config_options(sec:dict, cls:str, hand:set):
             g.add_argument(*names, dest=f.name, action="store_false" if f.default else "store_true", default=argparse.SUPPRESS,
                            help=f"{f.name} = {not f.default}: {hlp}")
         else:
-            g.add_argument(opt, *aliases.get(f.name, ()), dest=f.name, type=t, choices=f.choices, default=argparse.SUPPRESS,
+            choices = f.choices and (tuple(f.choices) + ((None,) if "None" in [x.strip() for x in f.annotation.split("|")] else ()))   # `none` parses to None
+            g.add_argument(opt, *aliases.get(f.name, ()), dest=f.name, type=t, choices=choices, default=argparse.SUPPRESS,
                            metavar=None if f.choices else f.name.upper(), help=f"{hlp} (default {f.default})")
 
 def _given(a, cls:str, hand:set) -> dict:
@@ -281,6 +282,8 @@ def _parser(cmd:str|None=None,  # the subcommand whose options are built (those 
     _dataset_arg(q); _reward_option(q)
     q.add_argument("--n", type=int, default=200, help="test-split prompts (default 200)")
     q.add_argument("--max-new-tokens", type=int, default=None, help="default: the run's, else the task's longest answer + EOS (needed with --reward)")
+    q.add_argument("--trust-run-code", action="store_true", help="import the reward code (and a .py dataset script) the run's config.json names; "
+                   "without it a run that names code is refused (name the rewards with --reward instead)")
     q.add_argument("--seed", type=int, default=0)
     q = sub.add_parser("plot", help="plot the metrics of one or more runs into one PNG")
     q.add_argument("runs", nargs="+", metavar="RUN", help="run directories (with metrics.jsonl)")
@@ -440,10 +443,29 @@ def _eval_source(a) -> tuple[str, dict]:
     if not (p / "metrics.jsonl").is_file(): return str(a.target or a.model), {}
     if not (p / "model" / "config.json").is_file():
         raise FileNotFoundError(f"run {str(p)!r} has no model/ yet (written at each checkpoint and at the end); pass a model directory")
-    return str(p / "model"), json.loads((p / "config.json").read_text()) if (p / "config.json").is_file() else {}
+    return str(p / "model"), _run_config(p / "config.json")
+
+def _run_config(f:Path) -> dict:
+    "A run's config.json as a dict ({} when there is none); a FIFO, a binary file or JSON that is not an object: one line naming the file."
+    import stat
+    try: st = os.stat(f)
+    except FileNotFoundError: return {}
+    if not stat.S_ISREG(st.st_mode): raise UsageError(f"{f}: not a regular file; a run's config.json is a JSON file")
+    try: cfg = json.loads(f.read_bytes())
+    except (ValueError, RecursionError) as e:
+        raise UsageError(f"{f}: not a run's config (not UTF-8 JSON: {str(e).splitlines()[0][:80]})") from None
+    if not isinstance(cfg, dict): raise UsageError(f"{f}: not a run's config (a JSON {type(cfg).__name__}, not an object)")
+    return cfg
+
+def _run_code(run:dict, reward, dataset) -> list[str]:
+    "The code a run's config names that eval would import: its reward specs (when they are the ones used) and a .py dataset script."
+    code = [s for s in (reward or []) if isinstance(s, str)] if reward is run.get("reward") else []
+    return code + ([dataset] if isinstance(dataset, str) and dataset == run.get("dataset") and dataset.endswith(".py") else [])
 
 def _eval(a) -> int:
     "`rl_notes eval`: greedy decoding on held-out prompts, scored by the task's verifier or by reward functions."
+    if a.n < 1: raise UsageError(f"--n must be >= 1 (test-split prompts to score), got {a.n}")
+    if a.max_new_tokens is not None and a.max_new_tokens < 1: raise UsageError(f"--max-new-tokens must be >= 1, got {a.max_new_tokens}")
     from rl_notes.tasks import get_task  # heavy: datasets and torch
     model, run = _eval_source(a)
     dataset = a.dataset if a.dataset is not None else run.get("dataset") if isinstance(run.get("dataset"), str) else None
@@ -451,12 +473,16 @@ def _eval(a) -> int:
     reward = [s for s, _ in a.reward] if a.reward else (run.get("reward") if a.dataset is None else None)
     weights = ([1.0 if w is None else w for _, w in a.reward] if a.reward else run.get("reward_weights") if reward else None)
     _scored(dataset, reward, a.task or (run.get("task") if named else None))
+    if (code := _run_code(run, reward, dataset)) and not a.trust_run_code:   # a run directory from elsewhere runs no code of its own
+        raise UsageError(f"the run's config.json names code that eval would import ({', '.join(code)}); pass --trust-run-code to import it, "
+                         "or name the rewards with --reward")
+    if code: print(f"rl_notes eval: importing the run's code: {', '.join(code)}", file=sys.stderr)
     task = get_task(a.task or run.get("task") or "addition", **(_task_kw(a.task_arg) or run.get("task_kw") or {}))
     _check_model_arg(model)
     from rl_notes.data import RewardSet, load_dataset_splits  # heavy: datasets and torch
     from rl_notes.models import load_model  # heavy: transformers
     from rl_notes.rollout import evaluate  # heavy: transformers
-    n_new = a.max_new_tokens or run.get("max_new_tokens")
+    n_new = a.max_new_tokens if a.max_new_tokens is not None else run.get("max_new_tokens")
     if reward and n_new is None: raise UsageError("eval with --reward needs --max-new-tokens N (reward functions set no response length)")
     rows = load_dataset_splits(dataset, seed=a.seed)[1].to_list()[:a.n] if dataset is not None else task.dataset(a.n, a.seed, "test")
     m, tok = load_model(model)

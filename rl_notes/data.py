@@ -89,6 +89,9 @@ def _check_csv(p:Path, text:str):
     r = csv.reader(text.splitlines(True), strict=True)
     try:
         header = next(r, None)
+        if header and "prompt" not in header and (sep := next((s for s in (";", "\t", "|") if any(s in h for h in header)), None)):
+            raise ValueError(f"`dataset` file {str(p)!r} line 1: the header {','.join(header)[:60]!r} has no `prompt` column but holds {sep!r}: "
+                             "the file looks {sep!r}-separated, and rl_notes reads CSV with ',' between fields; save it with commas".replace("{sep!r}", repr(sep)))
         for row in r:
             if len(row) > len(header):
                 raise ValueError(f"`dataset` file {str(p)!r} line {r.line_num}: {len(row)} fields, the header has {len(header)} "

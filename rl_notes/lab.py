@@ -189,7 +189,7 @@ def lab_eval(cfg:TrainConfig,  # a finished lab run
     t0 = time.time()
     res = sample_eval(model, tok, task, rows, k=k, max_new_tokens=args["max_new_tokens"], temperature=args["temperature"], seed=seed)
     res["seconds"] = round(time.time() - t0, 2)
-    write_json_atomic(f, {"args": args, "code": behaviour_key("eval"), "result": res})
+    RunDir(cfg.out_dir).write_json(f.name, {"args": args, "code": behaviour_key("eval"), "result": res})   # listed in the run marker
     return res
 
 # %% ../nbs/37_lab.ipynb #31f9342b

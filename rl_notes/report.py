@@ -4,17 +4,18 @@
 
 # %% ../nbs/31_report.ipynb #b3b87226
 from __future__ import annotations
-import os, json, math, copy, shutil
+import os, json, math, copy, shutil, warnings
 from pathlib import Path
 import torch
 from .models import _quiet_hf
 from .trainconfig import TrainConfig
 from .rundir import RunDir
+from .checkpoint import CheckpointError
 
 
 # %% auto #0
-__all__ = ['RENAMED_WITH_REWARDS', 'MODEL_DIR', 'Meter', 'named_row', 'Reporter', 'final_metrics', 'model_card', 'export_model',
-           'TrainResult']
+__all__ = ['RENAMED_WITH_REWARDS', 'MODEL_DIR', 'EXPORT_FILE', 'Meter', 'named_row', 'Reporter', 'final_metrics', 'model_card',
+           'export_step', 'recover_model', 'export_model', 'TrainResult']
 
 # %% ../nbs/31_report.ipynb #fe337c1d
 class Meter:
@@ -99,6 +100,7 @@ class Reporter:
 
 # %% ../nbs/31_report.ipynb #66877119
 MODEL_DIR = "model"  # the Hugging Face model directory under out_dir (written at each checkpoint and at the end)
+EXPORT_FILE = "rl_notes_export.json"  # in out_dir/model: the step it holds, written last (so it also marks a complete export)
 
 def final_metrics(rows:list[dict]) -> dict:
     "The last value of each numeric metric over a run's rows (VAPO's value pre-training rows and timings left out)."
@@ -128,6 +130,35 @@ def model_card(cfg:TrainConfig, rows:list[dict], step:int) -> str:
                       "## Final metrics", "", "| metric | value |", "|---|---|", metrics, "",
                       "## Config", "", "```json", json.dumps(d, indent=1, default=str), "```", ""])
 
+def _clear(p:Path):
+    "Remove `p` before an export writes there: a symlink or a file is unlinked (never followed), a directory removed; one line if it stays."
+    try:
+        if p.is_symlink() or (p.exists() and not p.is_dir()): p.unlink()
+        elif p.is_dir(): shutil.rmtree(p)
+    except OSError as e: raise CheckpointError(f"cannot clear {p} before exporting the model ({e.strerror or e}); nothing was written there: "
+                                               "remove it, then resume (--resume)") from None
+
+def export_step(path) -> int|None:
+    "The step the model directory `path` holds (its `EXPORT_FILE`); None: missing, a symlink, or no step recorded."
+    p = Path(path)
+    if p.is_symlink() or not (p / EXPORT_FILE).is_file(): return None
+    try: s = json.loads((p / EXPORT_FILE).read_text()).get("step")
+    except (OSError, ValueError, AttributeError): return None
+    return s if isinstance(s, int) and not isinstance(s, bool) else None
+
+def recover_model(path) -> bool:
+    "Unlink a symlink at `model`, `model.tmp` or `model.old`; if `model` is missing, put back a complete `model.tmp` (newer) or `model.old` left by a kill between the renames; then clear the leftovers. Is `model` there now?"
+    p = Path(path)
+    tmp, old = p.with_name(p.name + ".tmp"), p.with_name(p.name + ".old")
+    for q in (p, tmp, old):
+        if q.is_symlink(): _clear(q)
+    if not p.exists():
+        cand = next((c for c in (tmp, old) if export_step(c) is not None), None)
+        if cand is None: return False
+        os.replace(cand, p); warnings.warn(f"recovered {p} from {cand.name} (an export was killed while swapping it in)")
+    for q in (tmp, old): _clear(q)                                   # an incomplete export, or the one `model` replaced
+    return True
+
 def export_model(run,  # the run (`rl_notes.trainer.Run`): its config, policy, tokenizer, rows and process
                  step:int,
                  path:str|Path|None=None,  # default out_dir/model (`MODEL_DIR`)
@@ -137,7 +168,8 @@ def export_model(run,  # the run (`rl_notes.trainer.Run`): its config, policy, t
     if not run.main: return path
     cfg, m = run.cfg, run.gen_model
     tmp, old = path.with_name(path.name + ".tmp"), path.with_name(path.name + ".old")
-    for p in (tmp, old): shutil.rmtree(p, ignore_errors=True)
+    recover_model(path)                                              # a killed swap put back; a link at any of the three unlinked
+    for p in (tmp, old): _clear(p)                                   # never followed: nothing is written through a link
     if cfg.lora_r and not cfg.save_adapter: m = copy.deepcopy(m).merge_and_unload()   # the training model keeps its adapters
     use_cache, m.config.use_cache = m.config.use_cache, True          # gradient checkpointing turned it off for training only
     try:
@@ -145,6 +177,7 @@ def export_model(run,  # the run (`rl_notes.trainer.Run`): its config, policy, t
     finally: m.config.use_cache = use_cache
     run.tok.save_pretrained(tmp)
     (tmp / "README.md").write_text(model_card(cfg, run.rows, step))
+    (tmp / EXPORT_FILE).write_text(json.dumps({"step": step}))      # last: a model.tmp without it is incomplete
     if path.exists(): path.rename(old)
     tmp.rename(path); shutil.rmtree(old, ignore_errors=True)
     return path

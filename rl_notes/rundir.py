@@ -172,7 +172,7 @@ class RunLock:
 
 # %% ../nbs/27_rundir.ipynb #99ebd16a
 RUN_MARKER = ".rl_notes_run"  # written by `prepare`: the rl_notes version and the names of a run's files (what overwrite may delete)
-RUN_FILES = ("config.json", "metrics.jsonl", "ckpt", "done.json", "log.txt", "tensorboard", "wandb", "model", "eval-*.json")  # a run's names (patterns): `model` is its exported Hugging Face model, `wandb` the W&B reporter's files
+RUN_FILES = ("config.json", "metrics.jsonl", "ckpt", "done.json", "log.txt", "tensorboard", "wandb", "model")  # a run's fixed names (no patterns): `model` is its exported Hugging Face model, `wandb` the W&B reporter's files; each `eval-<key>.json` is added as it is written (`RunDir.write_json`)
 RUNNER_FILES = ("job.json", "log.txt")  # the experiment runner writes these before the run opens the directory; overwrite keeps job.json
 
 def _version() -> str:
@@ -216,11 +216,30 @@ def _looks_like(names:list[str]) -> str:
     if {"state.json", "dataset_info.json", "dataset_dict.json"} & set(names): return "a saved dataset"
     return "files that rl_notes did not write"
 
-def run_files(d, keep=()) -> list[str]:
-    "The entries of run directory `d` that a previous run wrote (the marker's names, their `.old` / `.tmp` leftovers): what overwrite deletes."
-    m = read_marker(d); pats = m["files"] if m else RUN_FILES
+def _holds(entry:Path, path) -> bool:
+    "Is `path` the entry `entry` or inside it (by its resolved path, and by its spelling through a link)?"
+    e, q = os.path.realpath(entry), os.path.realpath(path)
+    a, b = os.path.abspath(entry), os.path.abspath(path)
+    return q == e or q.startswith(e + os.sep) or b == a or b.startswith(a + os.sep)
+
+def run_files(d,
+              keep=(),  # names to leave in place
+              protect=(),  # paths the new run reads (its dataset, reward files, model, critic_init): never deleted, nor what holds them
+             ) -> list[str]:
+    "The entries of run directory `d` that a previous run wrote (exactly the marker's names and their `.old` / `.tmp` leftovers): what overwrite deletes."
+    m = read_marker(d); names = set(m["files"] if m else RUN_FILES)
     return sorted(p.name for p in Path(d).iterdir() if p.name not in keep and p.name != RUN_MARKER and not _is_lock(p.name)
-                  and any(fnmatch.fnmatchcase(_base(p.name), q) for q in pats))
+                  and _base(p.name) in names and not any(_holds(p, q) for q in protect if q))
+
+def _marker_names(d:Path) -> list[str]:
+    "The names the marker of `d` lists beyond `RUN_FILES` (files a run added); an older marker's patterns become the names they match now."
+    m = read_marker(d)
+    if m is None: return []
+    out = []
+    for n in m["files"]:
+        if n in RUN_FILES: continue
+        out += sorted(p.name for p in d.iterdir() if fnmatch.fnmatchcase(p.name, n)) if any(c in n for c in "*?[") else [n]
+    return list(dict.fromkeys(out))
 
 def claim_dir(d):
     "Refuse a directory that holds anything an rl_notes run did not write; else (re)write its run marker."
@@ -228,7 +247,7 @@ def claim_dir(d):
         shown = ", ".join(alien[:4]) + (f", ... ({len(alien)} entries)" if len(alien) > 4 else "")
         raise CheckpointError(f"out_dir {str(d)!r} holds {_looks_like(alien)} ({shown}), not a run of rl_notes; nothing there was "
                               "changed: choose a new or empty directory (a run writes and deletes only its own files)")
-    write_json_atomic(Path(d) / RUN_MARKER, {"rl_notes": _version(), "files": list(RUN_FILES)})
+    write_json_atomic(Path(d) / RUN_MARKER, {"rl_notes": _version(), "files": list(RUN_FILES) + _marker_names(Path(d))})
 
 # %% ../nbs/27_rundir.ipynb #7b65f4be
 RUN_MODES = ("fresh", "resume", "overwrite")
@@ -276,6 +295,7 @@ class RunDir:
     def prepare(self,
                 mode:str,  # "fresh", "resume" or "overwrite"
                 keep=(),  # names that "overwrite" leaves in place (the runner's `log.txt` while it is being written)
+                protect=(),  # paths the new run reads (dataset, reward files, model, critic_init): "overwrite" never deletes them
                ) -> None:
         "Create the directory and apply `mode` to a previous run found there (call it holding the lock)."
         if mode not in RUN_MODES: raise ValueError(f"`mode` must be one of {RUN_MODES}, got {mode!r}")
@@ -294,12 +314,19 @@ class RunDir:
         if mode == "fresh":
             raise CheckpointError(f"{d} holds a previous run ({', '.join(found)}); pass resume=True (--resume) to continue it "
                                   f"or overwrite=True (--overwrite) to replace it")
-        for n in run_files(d, keep): _rm(d / n)                               # only what a run of rl_notes wrote
+        for n in run_files(d, keep, protect): _rm(d / n)                      # only what a run of rl_notes wrote, never what this one reads
+        write_json_atomic(d / RUN_MARKER, {"rl_notes": _version(), "files": list(RUN_FILES)})   # what is left is no longer the run's
 
-    def open(self, mode:str, keep=()) -> RunDir:
+    def write_json(self, name:str, obj):
+        "Write the run's own JSON file `name` atomically and add it to the marker (what overwrite may delete): an `eval-<key>.json`."
+        write_json_atomic(self.path / name, obj)
+        m = read_marker(self.path) or {"rl_notes": _version(), "files": list(RUN_FILES)}
+        if name not in m["files"]: write_json_atomic(self.path / RUN_MARKER, {**m, "files": m["files"] + [name]})
+
+    def open(self, mode:str, keep=(), protect=()) -> RunDir:
         "Take the lock, then `prepare(mode)` (the lock is released again if that fails); use as `with rd.open(mode):`."
         self.lock.acquire()
-        try: self.prepare(mode, keep)
+        try: self.prepare(mode, keep, protect)
         except BaseException: self.lock.release(); raise
         return self
     def close(self):

@@ -13,7 +13,7 @@ from .configs import validate_config, from_trl, TRL_NAMES
 # %% auto #0
 __all__ = ['PRESETS', 'RUN_CONTROL', 'KEY_LATE', 'CHARS', 'OFFPOLICY_FIELDS', 'LAB_DEFAULTS', 'REAL_MODEL_PARAMS', 'PATH_FIELDS',
            'Algo', 'get_algo', 'TrainConfig', 'trl_config', 'SFTConfig', 'reward_spec', 'offpolicy_settings',
-           'sampler_differs', 'dir_problem']
+           'sampler_differs', 'dir_problem', 'content_changes', 'paths_read']
 
 # %% ../nbs/21_trainconfig.ipynb #2efb1170
 def _f(default, **rules):
@@ -97,6 +97,11 @@ class Algo:
         if fix and self.clip_anchor == "sampler":
             raise ValueError(f"Algo.clip_anchor='sampler' makes pi_old the sampler's mu, so Algo.{fix[0]} would weigh every token by 1; "
                              "use clip_anchor='learner' with it")
+        if self.tis_c_min is not None and self.tis_c_max is not None and self.tis_c_min > self.tis_c_max:
+            raise ValueError(f"Algo.tis_c_min ({self.tis_c_min:g}, TRL's vllm_importance_sampling_clip_min) must be <= Algo.tis_c_max "
+                             f"({self.tis_c_max:g}, vllm_importance_sampling_clip_max)")
+        if self.opsm_delta is not None and not self.opsm_delta >= 0:   # a negative delta masks every response with A < 0
+            raise ValueError(f"Algo.opsm_delta (TRL's off_policy_mask_threshold) must be >= 0 or None, got {self.opsm_delta}")
     @property
     def uses_critic(self) -> bool: return self.adv in _table("critic")
 
@@ -175,6 +180,11 @@ KEY_LATE = {"logprob_path": "auto"}
 
 
 # %% ../nbs/21_trainconfig.ipynb #c0bcfedc
+def _inside(a, b) -> bool:
+    "Is path `a` the path `b` or inside it (resolved)?"
+    a, b = os.path.realpath(a), os.path.realpath(b)
+    return a == b or a.startswith(b.rstrip(os.sep) + os.sep)
+
 @dataclass
 class TrainConfig:
     "Everything one RL run needs; `algo` is a preset name or an `Algo`."
@@ -251,6 +261,14 @@ class TrainConfig:
             raise ValueError(f"Algo.kl_horizon ({a.kl_horizon:g}) must exceed 0.2 x the responses per step ({self.n_prompts * self.group_size}), "
                              "or one step of the adaptive rule could make beta <= 0")
         if self.resume and self.overwrite: raise ValueError("TrainConfig.resume and overwrite exclude each other: continue the previous run, or replace it")
+        if self.sampler_lag > self.steps:
+            raise ValueError(f"TrainConfig.sampler_lag ({self.sampler_lag}) must be <= steps ({self.steps}): the sampler would never leave the initial weights")
+        if isinstance(self.model, str) and self.model and os.path.isdir(self.model):
+            if _inside(self.out_dir, self.model) and not _inside(self.model, self.out_dir):   # the model itself as out_dir: `claim_dir` says so
+                raise ValueError(f"TrainConfig.out_dir {self.out_dir!r} is inside the model directory {self.model!r}; nothing there was changed: "
+                                 "choose an out_dir outside it")
+            if (own := next((n for n in ("model", "ckpt") if _inside(self.model, os.path.join(self.out_dir, n))), None)):
+                raise ValueError(f"TrainConfig.model {self.model!r} is this run's own {own}/ in out_dir, which the run replaces; copy it elsewhere first")
         if self.reward_weights is not None and len(self.reward_weights) != len(self.reward or []):
             raise ValueError(f"TrainConfig.reward_weights has {len(self.reward_weights)} weights for {len(self.reward or [])} reward functions")
 
@@ -380,4 +398,24 @@ def _resolved(d:dict) -> dict:
     rw = lambda s: (lambda f: f"{real(f[0])}:{f[1]}" if f else s)(_reward_file(s))
     return {"model": real(d.get("model")), "dataset": real(d.get("dataset")), "critic_init": real(d.get("critic_init")),
             "reward": [rw(s) for s in d.get("reward") or []]}
+
+
+# %% ../nbs/21_trainconfig.ipynb #fcb5f01f
+def content_changes(cfg:TrainConfig, st:dict,  # the checkpoint's state (its config and extras)
+                    content:dict,  # the run's content hashes now (`rl_notes.trainer.content_fingerprints`)
+                   ) -> tuple[list, str]:
+    "(the fields whose content changed since the checkpoint whose state is `st`, a phrase naming the first with its hashes or paths); ([], '') when none."
+    before = (st.get("extra") or {}).get("content")
+    if before is None: a, b = _resolved(st["config"]), _resolved(cfg.to_dict())
+    else: a, b = before, content
+    changed = [k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    if not changed: return [], ""
+    k = changed[0]
+    what = f"sha256 {str(a.get(k))[:12]} -> {str(b.get(k))[:12]}" if before is not None else f"{a.get(k)!r} -> {b.get(k)!r}"
+    return changed, f"{', '.join(changed)} changed since that checkpoint was written ({k}: {what})"
+
+def paths_read(cfg:TrainConfig) -> list[str]:
+    "The paths a run reads (its dataset, reward files, model, critic_init): `--overwrite` never deletes them (`RunDir.prepare`'s `protect`)."
+    rewards = [s.rpartition(":")[0] for s in cfg.reward or [] if isinstance(s, str) and s.rpartition(":")[0].endswith(".py")]
+    return [p for p in (cfg.dataset, cfg.model, cfg.critic_init, *rewards) if isinstance(p, (str, os.PathLike)) and str(p)]
 

@@ -22,10 +22,10 @@ from .rollout import Rollout, NonFiniteLogits, generate, response_logprobs, eval
 from .rundir import RunDir, RunLock, run_mode
 from .checkpoint import CheckpointError
 from .cache import cache_dir, content_sha256
-from .trainconfig import (Algo, TrainConfig, RUN_CONTROL, PATH_FIELDS, _dataset_label, _reward_file, _resolved,
+from .trainconfig import (Algo, TrainConfig, RUN_CONTROL, PATH_FIELDS, _dataset_label, _reward_file, content_changes, paths_read,
                                   dir_problem, _check_extras, _warn_tiny_defaults)
 from .algo import Batch, make_batch, ADVANTAGE_ESTIMATORS, POLICY_LOSSES, Tokens, modify_tokens
-from .report import Meter, Reporter, export_model, TrainResult, named_row
+from .report import Meter, Reporter, MODEL_DIR, export_model, export_step, recover_model, TrainResult, named_row
 from .policies import Sampler, Reference
 
 
@@ -229,16 +229,11 @@ def content_fingerprints(cfg:TrainConfig,
 
 def check_content(run:Run, st:dict):
     "Refuse to resume on other content than the checkpoint's (one error naming what changed), unless `accept_changed`."
-    before, cfg = (st.get("extra") or {}).get("content"), run.cfg
-    if before is None: a, b = _resolved(st["config"]), _resolved(cfg.to_dict())
-    else: a, b = before, run.content
-    changed = [k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    changed, why = content_changes(run.cfg, st, run.content)
     if not changed: return
-    k = changed[0]
-    what = f"sha256 {str(a.get(k))[:12]} -> {str(b.get(k))[:12]}" if before is not None else f"{a.get(k)!r} -> {b.get(k)!r}"
-    if cfg.accept_changed: warnings.warn(f"resuming on changed {', '.join(changed)} (accept_changed=True)"); return
-    raise CheckpointError(f"cannot resume from {run.ckpt!r} (step {st['step']}): {', '.join(changed)} changed since that checkpoint "
-                          f"was written ({k}: {what}); pass --accept-changed (TrainConfig.accept_changed) to continue on the new content, or start a new run")
+    if run.cfg.accept_changed: warnings.warn(f"resuming on changed {', '.join(changed)} (accept_changed=True)"); return
+    raise CheckpointError(f"cannot resume from {run.ckpt!r} (step {st['step']}): {why}; pass --accept-changed (TrainConfig.accept_changed) "
+                          "to continue on the new content, or start a new run")
 
 
 # %% ../nbs/33_trainer.ipynb #3b8fa176
@@ -256,7 +251,7 @@ def _on_main(acc, fn):
 def _open_dir(run:Run):
     "Open out_dir (main process: lock it, in the mode `resume` / `overwrite` ask for); resume from its checkpoint; (re)write config.json and metrics.jsonl."
     cfg = run.cfg
-    def claim(): run.lock = run.dir.open(run_mode(cfg.resume, cfg.overwrite)).lock   # a killed swap's checkpoint is put back
+    def claim(): run.lock = run.dir.open(run_mode(cfg.resume, cfg.overwrite), protect=paths_read(cfg)).lock   # a killed swap's checkpoint is put back
     _on_main(run.acc, claim)
     rows = []
     if cfg.resume and run.dir.ckpt.is_dir():
@@ -265,6 +260,8 @@ def _open_dir(run:Run):
                                   tensors=_ckpt_tensor_names(run, run.dir.state()))
         _restore_extras(run, st)
         run.start = run.saved = st["step"]
+    if cfg.accept_changed and not run.start:
+        warnings.warn("TrainConfig.accept_changed (--accept-changed): this run starts fresh, with no checkpoint to resume, so there is nothing to accept")
     if run.main:
         run.dir.begin(rows, config=cfg.to_dict())                      # atomic: a kill leaves the old files or the new ones
         if cfg.report_to != "none": run.reporter = Reporter(cfg.report_to, cfg.out_dir, cfg.to_dict())
@@ -682,6 +679,10 @@ def train(cfg:TrainConfig,  # the run
     with setup(cfg, accelerator) as run, StopRequest(run.W == 1) as stop:   # data parallel: Ctrl-C stops every process at once, as before
         if run.start == 0:
             with _marked(0): _first_rows(run)
+        elif run.main:
+            recover_model(m := Path(cfg.out_dir) / MODEL_DIR)            # a killed export's swap put back, a link there unlinked
+            if export_step(m) != run.start:                             # model/ missing or stale (an export that failed, a Ctrl-C)
+                with _marked(run.start): export_model(run, run.start)   # from the checkpoint just loaded
         bar = tqdm(range(run.start + 1, cfg.steps + 1), desc=run.algo.name, disable=not (cfg.progress and run.main),
                    initial=run.start, total=cfg.steps)
         for step in bar:
