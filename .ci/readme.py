@@ -2,7 +2,7 @@
 """Write README.md from nbs/index.ipynb (nbdev's readme_nb) without Quarto, which nbdev_readme needs and these
 machines cannot install. Markdown cells are copied; code cells become ```python blocks followed by their text
 output; cells starting with `#| hide` are skipped. `--check` exits 1 if README.md would change. The marker `<!-- verdicts -->` becomes a table of
-the `VERDICT` lines printed in the outputs of nbs/*.ipynb, and the marker `<!-- results -->` becomes rows (what | result | notebook) of
+the `VERDICT` lines printed in the outputs of nbs/*.ipynb (`rl_notes.analysis.verdict_table`: three states, history, Holm), and the marker `<!-- results -->` becomes rows (what | result | notebook) of
 the `RESULT what | result` lines printed there, so that no number in those tables is typed by hand."""
 import json, re, sys, pathlib
 root = pathlib.Path(__file__).resolve().parent.parent
@@ -24,18 +24,13 @@ for c in nb["cells"]:
             elif "data" in o and "text/plain" in o["data"] and "text/markdown" not in o["data"]: text += "".join(o["data"]["text/plain"]) + "\n"
             elif "data" in o and "text/markdown" in o["data"]: out.append("".join(o["data"]["text/markdown"]))
         if text.strip(): out.append("```\n" + text.rstrip("\n") + "\n```")
-# the VERDICT lines that the experiment notebooks print, as a table where index.ipynb has the marker
+# the VERDICT lines that the notebooks print, as a table where index.ipynb has the marker: the three-state verdict recomputed from each
+# line's interval with the declared sign, the declared design history, Holm within each family (rl_notes.analysis: stdlib and numpy only)
 MARK = "<!-- verdicts -->"
-rows = []
-for f in sorted((root / "nbs").glob("*.ipynb")):
-    for c in json.loads(f.read_text(encoding="utf-8"))["cells"]:
-        for o in c.get("outputs", []) if c["cell_type"] == "code" else []:
-            for line in "".join(o.get("text", "")).splitlines() if o.get("output_type") == "stream" else []:
-                if line.startswith("VERDICT ") and line.count(" | ") >= 2:
-                    head, effect, cond = line[len("VERDICT "):].split(" | ", 2)
-                    tag, verdict = head.split(": ", 1)
-                    rows.append(f"| {tag} | {verdict} | {effect} | {cond} | `{f.stem}` |")
-table = ("| claim | verdict | effect (± s.e.) | conditions | notebook |\n|---|---|---|---|---|\n" + "\n".join(rows)) if rows else "(no VERDICT lines in the notebooks' outputs)"
+sys.path.insert(0, str(root))
+from rl_notes.analysis import verdict_rows, verdict_table
+rows = verdict_rows(root / "nbs")
+table = verdict_table(rows) if rows else "(no VERDICT lines in the notebooks' outputs)"
 out = [o.replace(MARK, table) for o in out]
 # the RESULT lines, as rows of the results table where index.ipynb has the marker (right below the table's header)
 RMARK, res = "<!-- results -->", []
