@@ -4,7 +4,7 @@
 
 # %% ../nbs/42_cli.ipynb #eb1d7f78
 from __future__ import annotations
-import argparse, dataclasses, functools, json, os, platform, sys, time, traceback, typing
+import argparse, dataclasses, functools, json, os, platform, stat, sys, time, traceback, typing
 from pathlib import Path
 from typing import NamedTuple
 from .trainconfig import PRESETS, TrainConfig, SFTConfig  # the settings: they import no torch (a test checks)
@@ -447,7 +447,6 @@ def _eval_source(a) -> tuple[str, dict]:
 
 def _run_config(f:Path) -> dict:
     "A run's config.json as a dict ({} when there is none); a FIFO, a binary file or JSON that is not an object: one line naming the file."
-    import stat
     try: st = os.stat(f)
     except FileNotFoundError: return {}
     if not stat.S_ISREG(st.st_mode): raise UsageError(f"{f}: not a regular file; a run's config.json is a JSON file")
