@@ -85,7 +85,8 @@ def test_trl_trainer_state(tmp_path):
     for k in ("reward", "reward_std", "zero_std_frac", "entropy", "clipfrac", "clipfrac_low", "clipfrac_high", "len_mean",
               "len_terminated", "trunc_frac", "kl_ref", "loss", "grad_norm", "lr"):
         assert k in r.series, k
-    assert {"rewards/acc/mean", "clip_ratio/low_min", "train_runtime", "eval_loss"} <= set(r.unused) and r.unmapped == []
+    assert {"clip_ratio/low_min", "train_runtime", "eval_loss"} <= set(r.unused) and r.unmapped == []
+    assert r.series["reward_fn/acc"][1].tolist() == [0.2] * 10                 # rewards/<f>/mean: one series per reward function
 
 
 def test_verl_file_logger(tmp_path):
@@ -192,7 +193,7 @@ CASES = {
     "kl levelling off": (dict(kl_ref=0.02 * np.sqrt(ramp(0, 1))), []),
     "kl growing but tiny": (dict(kl_ref=np.exp(ramp(np.log(1e-5), np.log(2e-3)))), []),
     "loss 0, gradient not": (dict(loss=ramp(0.003, -0.002), grad_norm=ramp(0.5, 0.4)), ["loss_zero:note"]),
-    "loss 0, gradient 0": (dict(loss=ramp(0.0, 0.0), grad_norm=ramp(0.0, 0.0)), ["loss_zero:present"]),
+    "loss 0, gradient 0": (dict(loss=ramp(0.0, 0.0), grad_norm=ramp(0.0, 0.0)), ["grad_norm:present", "loss_zero:present"]),
     "loss not 0": (dict(loss=ramp(0.3, 0.2)), []),
     "held-out flat": (dict(acc=ramp(0.2, 0.7), heldout_acc=ramp(0.3, 0.31, 5)), ["heldout_gap:present"]),
     "held-out lags": (dict(acc=ramp(0.2, 0.7), heldout_acc=ramp(0.3, 0.45, 5)), ["heldout_gap:borderline"]),
@@ -202,6 +203,21 @@ CASES = {
     "held-out dips within noise": (dict(heldout_acc=ramp(0.5, 0.47, 4)), []),
     "held-out rises": (dict(heldout_acc=ramp(0.5, 0.6, 4)), []),
     "small held-out reward falls by less than 20%": (dict(heldout_reward=ramp(2.0, 1.75, 4)), ["heldout_drop:borderline"]),
+    "entropy gradual collapse, noisy": (dict(entropy=np.exp(ramp(np.log(0.8), np.log(0.15), noise=0.1))), ["entropy_collapse:present"]),
+    "entropy jumps up at step 2": (dict(entropy=np.r_[0.13, 0.36, np.full(38, 0.89)]), ["entropy_runaway:present"]),
+    "entropy falls at step 2": (dict(entropy=np.r_[0.9, 0.2, np.full(38, 0.15)]), ["entropy_collapse:present"]),
+    "entropy one early spike": (dict(entropy=np.r_[0.5, 1.5, ramp(0.5, 0.5, 38, noise=0.02)]), []),
+    "entropy noise only": (dict(entropy=ramp(0.5, 0.5, noise=0.1)), []),
+    "kl high level, flat": (dict(kl_ref=np.r_[0.0, ramp(0.5, 0.55, 39, noise=0.02)]), ["kl_growth:present"]),
+    "kl borderline level": (dict(kl_ref=ramp(0.12, 0.12, noise=0.005)), ["kl_growth:borderline"]),
+    "kl low, levelling off": (dict(kl_ref=0.04 * np.sqrt(ramp(0, 1)) + ramp(0, 0, noise=0.002)), []),
+    "kl low, still growing": (dict(kl_ref=ramp(0, 0.04, noise=0.002)), ["kl_growth:present"]),
+    "grad NaN": (dict(grad_norm=np.r_[ramp(0.5, 0.6, 10), np.nan, np.nan]), ["grad_norm:present"]),
+    "grad spikes": (dict(grad_norm=np.r_[ramp(0.5, 0.5, 20, noise=0.05), 20.0, 0.5, 30.0, 0.5, 25.0, ramp(0.5, 0.5, 15)]), ["grad_norm:present"]),
+    "grad one spike": (dict(grad_norm=np.r_[ramp(0.5, 0.5, 20, noise=0.05), 20.0, ramp(0.5, 0.5, 19)]), ["grad_norm:borderline"]),
+    "grad healthy": (dict(grad_norm=ramp(0.8, 0.3, noise=0.05)), []),
+    "one reward dominates": (dict(**{"reward_fn/correct": ramp(0.0, 0.1), "reward_fn/format": ramp(0.9, 1.0)}), ["reward_share:present"]),
+    "rewards balanced": (dict(**{"reward_fn/correct": ramp(0.2, 0.6), "reward_fn/format": ramp(0.5, 0.9)}), []),
     "mismatch": (dict(mismatch_logp=ramp(0.06, 0.08)), ["mismatch:present"]),
     "mismatch borderline": (dict(mismatch_logp=ramp(0.03, 0.03)), ["mismatch:borderline"]),
     "mismatch kl": (dict(mismatch_kl=ramp(0.002, 0.003)), ["mismatch:present"]),
@@ -218,7 +234,7 @@ def test_findings(case):
 def test_finding_fields_and_pass_k():
     s = series(entropy=ramp(1.0, 0.1), heldout_pass_k=ramp(0.8, 0.6, 4))
     (f,), clean, skipped = _run_checks(s)
-    assert f.window == (1, 40) and f.spans == [(1, 10), (31, 40)] and f.numbers["ratio"] < T["entropy_collapse"][0] and f.confidence == "high"
+    assert f.window == (1, 40) and f.spans == [(1, 40)] and f.numbers["fit_ratio"] < T["entropy_collapse"][0] and f.confidence == "high"
     assert "pass@k 0.8 -> 0.6" in f.evidence and f.metrics == ["entropy", "heldout_pass_k"]
     assert "12_dapo" in f.section and any("eps_high" in k for k in f.knobs)
     assert skipped["mismatch"].startswith("not logged") and "truncation" in skipped
@@ -234,8 +250,10 @@ def test_heldout_drop_sees_a_break_in_the_first_steps():
     x = np.arange(0.0, 61.0)
     acc = np.r_[0.41, np.zeros(60)]; ent = np.r_[0.16, np.full(60, 0.72)]
     s = {"acc": (x[1:], acc[:60]), "entropy": (x[1:], ent[:60]), "heldout_acc": (np.array([0.0, 20, 40, 60]), np.array([0.53, 0, 0, 0]))}
-    (f,), clean, _ = _run_checks(s)
-    assert f.key == "heldout_drop" and f.status == "present" and f.confidence == "high" and "entropy" in clean
+    found_, clean, _ = _run_checks(s)
+    f, e = sorted(found_, key=lambda f: f.key != "heldout_drop")
+    assert f.key == "heldout_drop" and f.status == "present" and f.confidence == "high"
+    assert e.key == "entropy_runaway" and e.status == "present" and e.numbers["jump_ratio"] == 4.5   # the early jump: 0.16 -> 0.72
     assert f.numbers["drop"] == 0.53 and "training acc 0.41 (step 1) -> median 0" in f.evidence and f.spans == [(0, 0), (60, 60)]
     assert f.metrics == ["heldout_acc", "acc"] and "33_trainer" in f.section
     ax = dashboard(Report("x", "csv", 61, (0, 60), sorted(s), [], [], [f], [], {}, s)).axes[0]
