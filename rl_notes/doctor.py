@@ -4,11 +4,11 @@
 
 # %% auto #0
 __all__ = ['VOCAB', 'SOURCE_MAPS', 'NOT_METRICS', 'KNOWN_UNUSED', 'VERL_VAL', 'MAX_BYTES', 'REWARD_FN', 'MIN_POINTS', 'T',
-           'SECTIONS', 'MAX_TREND', 'CHECKS', 'STATUS_ORDER', 'OVERVIEW', 'DoctorError', 'read_log', 'to_series',
-           'Finding', 'theil_sen', 'mann_kendall', 'trend', 'early_jump', 'check_entropy', 'check_zero_std',
-           'check_truncation', 'check_length', 'check_value_collapse', 'check_clip', 'check_kl', 'check_grad',
-           'check_reward_share', 'check_loss_zero', 'check_heldout', 'check_heldout_drop', 'check_mismatch', 'Report',
-           'diagnose', 'format_report', 'dashboard', 'main']
+           'SECTIONS', 'MAX_TREND', 'CHECKS', 'STATUS_ORDER', 'OVERVIEW', 'UNITS', 'DoctorError', 'read_log',
+           'to_series', 'Finding', 'theil_sen', 'mann_kendall', 'trend', 'early_jump', 'check_entropy',
+           'check_zero_std', 'check_truncation', 'check_length', 'check_value_collapse', 'check_clip', 'check_kl',
+           'check_grad', 'check_reward_share', 'check_loss_zero', 'check_heldout', 'check_heldout_drop',
+           'check_mismatch', 'Report', 'diagnose', 'format_report', 'run_name', 'dashboard', 'main']
 
 # %% ../nbs/41_doctor.ipynb #96bfb557
 import argparse, csv, io, json, math, os, re, stat, sys
@@ -159,6 +159,57 @@ def _trl_state_file(d:Path) -> Path|None:
     ck = sorted(d.glob("checkpoint-*/trainer_state.json"), key=lambda p: int(re.sub(r"\D", "", p.parent.name) or 0))
     return ck[-1] if ck else None
 
+def _is_trl_state(path:Path) -> bool:
+    "Does this JSON file hold a transformers `trainer_state.json` (a JSON object with a `log_history` list), whatever its name?"
+    if path.suffix not in (".json", "") or not os.path.isfile(path): return False
+    try:
+        with open(path, "rb") as f: head = f.read(1 << 16)
+    except OSError: return False
+    return head.lstrip()[:1] == b"{" and b'"log_history"' in (head if len(head) < 1 << 16 else _read_bytes(path))
+
+def _tb_files(p:Path) -> list:
+    "TensorBoard event files: `p` itself, or those in the directory `p` (and its subdirectories)."
+    if p.name.startswith("events.out.tfevents"): return [p]
+    return sorted(p.rglob("events.out.tfevents*")) if p.is_dir() else []
+
+def _read_tensorboard(path:Path) -> list[dict]:
+    "Scalar rows {step, tag: value} of a TensorBoard log (every event file under `path`); `train/` and `eval/` prefixes become TRL's names."
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # heavy: tensorboard only for a TensorBoard log
+    by_step = {}
+    for f in _tb_files(path):
+        acc = EventAccumulator(str(f), size_guidance={"scalars": 0}); acc.Reload()
+        for tag in acc.Tags().get("scalars", []):
+            name = tag[6:] if tag.startswith("train/") else ("eval_" + tag[5:] if tag.startswith("eval/") else tag)
+            for ev in acc.Scalars(tag): by_step.setdefault(ev.step, {})[name] = ev.value
+    if not by_step: raise DoctorError(f"{path}: no scalar in its TensorBoard event files")
+    return [{"step": s, **r} for s, r in sorted(by_step.items())]
+
+def _read_wandb(path:Path) -> list[dict]:
+    "History rows of a W&B run directory: files/wandb-history.jsonl if present, else the offline `run-*.wandb` file read with wandb's own reader."
+    hist = next(iter(sorted(path.rglob("wandb-history.jsonl"))), None)
+    if hist is not None: rows = _read_jsonl(hist)
+    else:
+        from wandb.sdk.internal import datastore; from wandb.proto import wandb_internal_pb2  # heavy: wandb only for a W&B offline run
+        rows = []
+        for f in sorted(path.rglob("*.wandb")):
+            ds = datastore.DataStore(); ds.open_for_scan(str(f))
+            while (data := ds.scan_data()) is not None:
+                rec = wandb_internal_pb2.Record(); rec.ParseFromString(data)
+                if rec.WhichOneof("record_type") != "history": continue
+                rows.append({(it.key or "/".join(it.nested_key)): json.loads(it.value_json) for it in rec.history.item})
+    out = []
+    for r in rows:
+        r = {k[6:] if k.startswith("train/") else ("eval_" + k[5:] if k.startswith("eval/") else k): v for k, v in r.items()}
+        step = r.pop("global_step", None); step = r.pop("_step", None) if step is None else step
+        out.append({"step": step, **{k: v for k, v in r.items() if not k.startswith("_")}})
+    if not out: raise DoctorError(f"{path}: no history rows in this W&B run directory")
+    return out
+
+def _guess_source(rows:list[dict]) -> str:
+    "rl_notes or trl, whichever table knows more of the rows' names (a TensorBoard or W&B log carries no source)."
+    names = {k for r in rows for k in r}
+    return max(("trl", "rl_notes"), key=lambda s: len(names & set(SOURCE_MAPS[s])) + 0.5 * ("kl" in names and s == "trl"))
+
 def read_log(path:str|Path,  # a run directory, trainer_state.json, metrics.jsonl, or a .jsonl/.csv export
              source:str|None=None,  # "rl_notes", "trl", "verl" or "csv"; None: found from the path and the rows
             ) -> tuple[str, list[dict], Path]:
@@ -169,11 +220,17 @@ def read_log(path:str|Path,  # a run directory, trainer_state.json, metrics.json
     try: is_dir = stat.S_ISDIR(os.stat(p).st_mode)
     except OSError as e: raise DoctorError(f"{p}: {(e.strerror or str(e)).lower()}") from None   # missing, a symlink loop, no permission
     if is_dir:
+        has_m = os.path.lexists(p / "metrics.jsonl")   # an rl_notes run that also reported elsewhere: its own file wins
+        if not has_m and _tb_files(p): rows = _read_tensorboard(p); return source or _guess_source(rows), rows, p
+        if not has_m and list(p.glob("*.wandb")) or list(p.glob("files/wandb-history.jsonl")) or list(p.glob("*run-*/*.wandb")):
+            rows = _read_wandb(p); return source or _guess_source(rows), rows, p
         f = p / "metrics.jsonl" if os.path.lexists(p / "metrics.jsonl") else _trl_state_file(p)
-        if f is None: raise DoctorError(f"{p}: no metrics.jsonl or trainer_state.json in this directory")
+        if f is None: f = next((q for q in sorted(p.glob("*.json")) if _is_trl_state(q)), None)   # a trainer_state.json under another name
+        if f is None: raise DoctorError(f"{p}: no metrics.jsonl, trainer_state.json (or a JSON file with a log_history), TensorBoard or W&B log in this directory")
         p = f
+    if p.name.startswith("events.out.tfevents"): rows = _read_tensorboard(p); return source or _guess_source(rows), rows, p
     if p.suffix == ".csv": rows = _read_csv(p)
-    elif p.name == "trainer_state.json" or source == "trl": return "trl", _read_trl(p), p
+    elif p.name == "trainer_state.json" or source == "trl" or _is_trl_state(p): return "trl", _read_trl(p), p
     else: rows = _read_jsonl(p)
     if source is None:
         if p.suffix == ".csv": source = "csv"
@@ -625,7 +682,7 @@ CHECKS = {  # name -> (groups of metrics (each group: any one of them is enough)
     "value_collapse": ([("explained_var",), ("len_mean",)], MIN_POINTS, check_value_collapse),
     "clip_asymmetry": ([("clipfrac_low",), ("clipfrac_high",)], 3, check_clip),
     "kl_growth": ([("kl_ref",)], MIN_POINTS, check_kl),
-    "grad_norm": ([("grad_norm", "grad_nonfinite")], 3, check_grad),
+    "grad_norm": ([("grad_norm", "grad_nonfinite")], 1, check_grad),   # a NaN is a finding at any length
     "reward_share": ([("reward_fn",)], 3, check_reward_share),
     "loss_zero": ([("loss",)], 3, check_loss_zero),
     "heldout_gap": ([("acc", "reward"), ("heldout_acc", "heldout_reward")], MIN_POINTS, check_heldout),
@@ -722,6 +779,22 @@ def format_report(r:Report, width:int=110) -> str:
 
 # %% ../nbs/41_doctor.ipynb #29a04163
 OVERVIEW = ("reward", "acc", "entropy", "len_mean", "trunc_frac", "zero_std_frac")  # plotted when nothing is found
+UNITS = {"entropy": "nats/token", "kl_ref": "nats/token", "approx_kl": "nats/token", "mismatch_kl": "nats/token",
+         "mismatch_logp": "nats/token", "len_mean": "tokens", "len_right": "tokens", "len_wrong": "tokens", "len_terminated": "tokens",
+         "trunc_frac": "share of answers", "zero_std_frac": "share of groups", "clipfrac": "share of tokens",
+         "clipfrac_low": "share of tokens", "clipfrac_high": "share of tokens", "acc": "accuracy", "heldout_acc": "accuracy",
+         "heldout_pass_k": "pass@k", "grad_norm": "L2 norm", "lr": "learning rate", "explained_var": "explained variance"}
+
+def _unit(m:str) -> str: return UNITS.get(m, "reward" if "reward" in m else "value")
+
+def run_name(r:Report) -> str:
+    "The run's name for a title: its directory, or, for a cache entry named by a hash, what its config.json says (algo, lr, seed)."
+    d = Path(r.path).parent if Path(r.path).is_file() or Path(r.path).suffix else Path(r.path)
+    if not re.fullmatch(r"[0-9a-f]{12,}|run-[\w-]+", d.name): return d.name or str(r.path)
+    try: cfg = json.loads(_read_bytes(d / "config.json"))
+    except (DoctorError, ValueError): return d.name
+    algo = cfg.get("algo", {}).get("name", "?") if isinstance(cfg.get("algo"), dict) else cfg.get("algo", "?")
+    return f"{algo} run, lr {cfg.get('lr', '?')}, seed {cfg.get('seed', '?')} ({d.name[:8]})"
 
 def dashboard(r:Report, path:str|Path|None=None,  # write a PNG here; None: only return the figure
               cols:int=3):
@@ -745,10 +818,13 @@ def dashboard(r:Report, path:str|Path|None=None,  # write a PNG here; None: only
             c = "tab:red" if k == len(spans) - 1 else "grey"
             if sp[0] == sp[1]: ax.axvline(sp[0], color=c, alpha=0.4, lw=3)
             else: ax.axvspan(sp[0], sp[1], color=c, alpha=0.15, lw=0)
-        ax.set_title(title, fontsize=9); ax.set_xlabel("step", fontsize=8); ax.tick_params(labelsize=7)
+        ax.set_title(title, fontsize=9); ax.set_xlabel("training step", fontsize=8); ax.tick_params(labelsize=7)
+        left = [m for m in mets if twin is None or m in {l.get_label() for l in ax.get_lines()}]
+        ax.set_ylabel(" / ".join(dict.fromkeys(_unit(m) for m in left)) or "value", fontsize=8)
+        if twin is not None: twin.set_ylabel(" / ".join(dict.fromkeys(_unit(l.get_label()) for l in twin.get_lines())), fontsize=8)
         hs = ax.get_legend_handles_labels()[0] + (twin.get_legend_handles_labels()[0] if twin else [])
         ax.legend(handles=hs, fontsize=7)
-    fig.suptitle(f"{r.path} ({r.source}): {len(r.findings)} finding(s); shaded: the windows each compares", fontsize=10)
+    fig.suptitle(f"{run_name(r)} ({r.source}): {len(r.findings)} finding(s); shaded: the steps each finding rests on", fontsize=10)
     if path is not None: fig.savefig(path, dpi=90)
     return fig
 
@@ -805,8 +881,8 @@ def main(argv:list[str]|None=None) -> int:
         for o, f in outs:                             # the files first: a closed stdout afterwards loses nothing
             if o == "--json": _write_atomic(f, json.dumps(r.to_dict(), indent=1).encode())
             else: buf = io.BytesIO(); dashboard(r).savefig(buf, format="png", dpi=90); _write_atomic(f, buf.getvalue())
-        print(format_report(r))
-        if a.json == "-": print(json.dumps(r.to_dict(), indent=1))
+        if a.json == "-": print(json.dumps(r.to_dict(), indent=1))   # JSON only: the output parses as it is
+        else: print(format_report(r))
         sys.stdout.flush()
     except BrokenPipeError:
         _quiet_stdout(); return 0

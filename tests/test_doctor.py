@@ -155,7 +155,7 @@ def test_unreadable_logs_are_one_clear_error(tmp_path, name, text, msg):
 
 def test_other_bad_inputs(tmp_path):
     with pytest.raises(DoctorError, match="no such file"): diagnose(tmp_path / "missing")
-    with pytest.raises(DoctorError, match="no metrics.jsonl or trainer_state.json"): diagnose(tmp_path)
+    with pytest.raises(DoctorError, match="no metrics.jsonl, trainer_state.json"): diagnose(tmp_path)
     write_jsonl(tmp_path / "v.jsonl", [{"step": 1, "data": {}}, {"step": 2, "x": 1}])
     with pytest.raises(DoctorError, match=r"v.jsonl:2: a verl file-logger row"): diagnose(tmp_path / "v.jsonl", source="verl")
     with pytest.raises(DoctorError, match="unknown source 'wandb'"): diagnose(tmp_path / "v.jsonl", source="wandb")
@@ -308,7 +308,7 @@ def test_cli(tmp_path):
         assert msg in p.stderr
     assert main([str(tmp_path / "run.jsonl")]) == 0
     p = _cli(tmp_path / "run.jsonl", "--map", "mystery=lr", "--json", "-", "--map", "reward=acc")   # --map repeats
-    d = json.loads(p.stdout[p.stdout.index("\n{") + 1:])
+    d = json.loads(p.stdout)                                                # --json -: JSON only on stdout
     assert p.returncode == 0 and "acc" in d["metrics"] and "lr" in d["metrics"] and "reward" not in d["metrics"]
 
 
@@ -387,3 +387,49 @@ def test_rl_notes_doctor_subcommand(tmp_path):
     assert '"findings"' in ok.stdout or "finding" in ok.stdout.lower()
     bad = subprocess.run(cmd + [str(tmp_path / "missing")], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.startswith("rl_notes doctor: error:") and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+
+
+# ---- readers added: a trainer_state.json under any name, TensorBoard, W&B history; rl_notes' TRL-named metrics
+
+def test_trainer_state_under_another_name(tmp_path):
+    (tmp_path / "state_step10.json").write_text(json.dumps({"global_step": 10, "log_history": _trl_history(10)}))
+    r = diagnose(tmp_path / "state_step10.json")                            # sniffed by content, not by name
+    assert r.source == "trl" and r.n_steps == 10
+    assert diagnose(tmp_path).path.endswith("state_step10.json")            # found in a directory too
+
+
+def test_rl_notes_frac_reward_zero_std(tmp_path):
+    "An rl_notes run logs TRL's frac_reward_zero_std: read as the zero-std share (no longer 'not logged')."
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({"step": i, "reward": 0.0, "resp_len": 3.0, "frac_reward_zero_std": 1.0,
+                                                                  "grad_norm": 0.0}) + "\n" for i in range(1, 11)))
+    r = diagnose(tmp_path)
+    assert r.source == "rl_notes" and "zero_std" not in r.skipped
+    assert {f.key for f in r.findings if f.status == "present"} >= {"zero_std", "grad_norm"}
+
+
+def test_tensorboard_and_wandb_history(tmp_path):
+    pytest.importorskip("tensorboard")
+    from torch.utils.tensorboard import SummaryWriter
+    w = SummaryWriter(str(tmp_path / "tb"))
+    for i in range(1, 11):
+        for k, v in {"train/entropy": 1.0, "train/kl": 0.5, "train/reward": 0.1 * i, "train/frac_reward_zero_std": 0.1}.items(): w.add_scalar(k, v, i)
+    w.close()
+    r = diagnose(tmp_path / "tb")
+    assert r.source == "trl" and r.n_steps == 10 and r.series["kl_ref"][1][0] == 0.5
+    assert [f.key for f in r.findings if f.status == "present"] == ["kl_growth"]   # 0.5 nats/token: the level check
+    (tmp_path / "wb" / "files").mkdir(parents=True)
+    write_jsonl(tmp_path / "wb" / "files" / "wandb-history.jsonl",
+                [{"_step": i, "_runtime": 1.0, "train/entropy": 2.0 - 0.15 * i, "train/global_step": i} for i in range(1, 11)])
+    r = diagnose(tmp_path / "wb")
+    assert r.n_steps == 10 and r.series["entropy"][1][-1] == 0.5 and r.findings[0].key == "entropy_collapse"
+
+
+def test_dashboard_title_and_axis_labels(tmp_path):
+    r = diagnose(_broken_rows())
+    fig = dashboard(r)
+    assert all(a.get_xlabel() == "training step" and a.get_ylabel() for a in fig.axes if a.get_title())
+    assert fig.axes[0].get_ylabel() == "nats/token" and any(a.get_ylabel() == "L2 norm" for a in fig.axes)   # the twin axis labelled
+    run = tmp_path / "0123456789abcdef"; run.mkdir()
+    write_jsonl(run / "metrics.jsonl", [{**row, "resp_len": 3.0} for row in _broken_rows()])
+    (run / "config.json").write_text(json.dumps({"algo": {"name": "grpo"}, "lr": 0.3, "seed": 2}))
+    assert dashboard(diagnose(run))._suptitle.get_text().startswith("grpo run, lr 0.3, seed 2 (01234567) (rl_notes)")
