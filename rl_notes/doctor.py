@@ -8,7 +8,7 @@ __all__ = ['VOCAB', 'SOURCE_MAPS', 'NOT_METRICS', 'KNOWN_UNUSED', 'VERL_VAL', 'M
            'to_series', 'Finding', 'theil_sen', 'mann_kendall', 'trend', 'early_jump', 'check_entropy',
            'check_zero_std', 'check_truncation', 'check_length', 'check_value_collapse', 'check_clip', 'check_kl',
            'check_grad', 'check_reward_share', 'check_loss_zero', 'check_heldout', 'check_heldout_drop',
-           'check_mismatch', 'Report', 'diagnose', 'format_report', 'run_name', 'dashboard', 'main']
+           'check_mismatch', 'Report', 'diagnose', 'format_report', 'run_name', 'dashboard', 'main', 'DoctorCallback']
 
 # %% ../nbs/41_doctor.ipynb #96bfb557
 import argparse, csv, io, json, math, os, re, stat, sys
@@ -892,3 +892,31 @@ def main(argv:list[str]|None=None) -> int:
     return 0
 
 if __name__ == "__main__" and "__file__" in globals(): sys.exit(main())  # not when a notebook runs this cell
+
+# %% ../nbs/41_doctor.ipynb #a7c1d031
+def DoctorCallback(every:int=5,  # run the checks every this many logging steps
+                   stop:bool=False,  # end the run at the first present finding
+                   keys:set|None=None,  # only these findings stop it (None: any present one)
+                   out:str|Path|None=None,  # append findings here (JSON lines); None: output_dir/doctor_findings.jsonl
+                  ):
+    "A `transformers.TrainerCallback` that runs the doctor on the live `log_history`, reports each new finding once and can stop the run."
+    from transformers import TrainerCallback  # heavy: transformers only when a live run asks for the callback
+    class _DoctorCallback(TrainerCallback):
+        def __init__(self): self.n, self.seen, self.findings = 0, set(), []
+        def on_log(self, args, state, control, logs=None, **kw):
+            self.n += 1
+            if self.n % every: return control
+            rows = [r for r in state.log_history if isinstance(r, dict) and "step" in r]
+            try: r = diagnose(rows, source="trl")
+            except DoctorError: return control               # nothing the doctor knows yet
+            new = [f for f in r.findings if f.status != "note" and (f.key, f.status) not in self.seen]
+            f_out = Path(out) if out is not None else Path(args.output_dir) / "doctor_findings.jsonl"
+            for f in new:
+                self.seen.add((f.key, f.status)); self.findings.append(f)
+                print(f"rl_notes doctor, step {state.global_step}: [{f.status}, {f.confidence}] {f.title}: {f.evidence}")
+                f_out.parent.mkdir(parents=True, exist_ok=True)
+                with open(f_out, "a", encoding="utf-8") as fh: fh.write(json.dumps({"step": state.global_step, **asdict(f)}, default=float) + "\n")
+            if stop and any(f.status == "present" and (keys is None or f.key in keys) for f in new):
+                print(f"rl_notes doctor: stopping the run at step {state.global_step}"); control.should_training_stop = True
+            return control
+    return _DoctorCallback()
