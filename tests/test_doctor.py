@@ -85,7 +85,8 @@ def test_trl_trainer_state(tmp_path):
     for k in ("reward", "reward_std", "zero_std_frac", "entropy", "clipfrac", "clipfrac_low", "clipfrac_high", "len_mean",
               "len_terminated", "trunc_frac", "kl_ref", "loss", "grad_norm", "lr"):
         assert k in r.series, k
-    assert {"rewards/acc/mean", "clip_ratio/low_min", "train_runtime", "eval_loss"} <= set(r.unused) and r.unmapped == []
+    assert {"clip_ratio/low_min", "train_runtime", "eval_loss"} <= set(r.unused) and r.unmapped == []
+    assert r.series["reward_fn/acc"][1].tolist() == [0.2] * 10                 # rewards/<f>/mean: one series per reward function
 
 
 def test_verl_file_logger(tmp_path):
@@ -154,7 +155,7 @@ def test_unreadable_logs_are_one_clear_error(tmp_path, name, text, msg):
 
 def test_other_bad_inputs(tmp_path):
     with pytest.raises(DoctorError, match="no such file"): diagnose(tmp_path / "missing")
-    with pytest.raises(DoctorError, match="no metrics.jsonl or trainer_state.json"): diagnose(tmp_path)
+    with pytest.raises(DoctorError, match="no metrics.jsonl, trainer_state.json"): diagnose(tmp_path)
     write_jsonl(tmp_path / "v.jsonl", [{"step": 1, "data": {}}, {"step": 2, "x": 1}])
     with pytest.raises(DoctorError, match=r"v.jsonl:2: a verl file-logger row"): diagnose(tmp_path / "v.jsonl", source="verl")
     with pytest.raises(DoctorError, match="unknown source 'wandb'"): diagnose(tmp_path / "v.jsonl", source="wandb")
@@ -192,7 +193,7 @@ CASES = {
     "kl levelling off": (dict(kl_ref=0.02 * np.sqrt(ramp(0, 1))), []),
     "kl growing but tiny": (dict(kl_ref=np.exp(ramp(np.log(1e-5), np.log(2e-3)))), []),
     "loss 0, gradient not": (dict(loss=ramp(0.003, -0.002), grad_norm=ramp(0.5, 0.4)), ["loss_zero:note"]),
-    "loss 0, gradient 0": (dict(loss=ramp(0.0, 0.0), grad_norm=ramp(0.0, 0.0)), ["loss_zero:present"]),
+    "loss 0, gradient 0": (dict(loss=ramp(0.0, 0.0), grad_norm=ramp(0.0, 0.0)), ["grad_norm:present", "loss_zero:present"]),
     "loss not 0": (dict(loss=ramp(0.3, 0.2)), []),
     "held-out flat": (dict(acc=ramp(0.2, 0.7), heldout_acc=ramp(0.3, 0.31, 5)), ["heldout_gap:present"]),
     "held-out lags": (dict(acc=ramp(0.2, 0.7), heldout_acc=ramp(0.3, 0.45, 5)), ["heldout_gap:borderline"]),
@@ -202,6 +203,21 @@ CASES = {
     "held-out dips within noise": (dict(heldout_acc=ramp(0.5, 0.47, 4)), []),
     "held-out rises": (dict(heldout_acc=ramp(0.5, 0.6, 4)), []),
     "small held-out reward falls by less than 20%": (dict(heldout_reward=ramp(2.0, 1.75, 4)), ["heldout_drop:borderline"]),
+    "entropy gradual collapse, noisy": (dict(entropy=np.exp(ramp(np.log(0.8), np.log(0.15), noise=0.1))), ["entropy_collapse:present"]),
+    "entropy jumps up at step 2": (dict(entropy=np.r_[0.13, 0.36, np.full(38, 0.89)]), ["entropy_runaway:present"]),
+    "entropy falls at step 2": (dict(entropy=np.r_[0.9, 0.2, np.full(38, 0.15)]), ["entropy_collapse:present"]),
+    "entropy one early spike": (dict(entropy=np.r_[0.5, 1.5, ramp(0.5, 0.5, 38, noise=0.02)]), []),
+    "entropy noise only": (dict(entropy=ramp(0.5, 0.5, noise=0.1)), []),
+    "kl high level, flat": (dict(kl_ref=np.r_[0.0, ramp(0.5, 0.55, 39, noise=0.02)]), ["kl_growth:present"]),
+    "kl borderline level": (dict(kl_ref=ramp(0.12, 0.12, noise=0.005)), ["kl_growth:borderline"]),
+    "kl low, levelling off": (dict(kl_ref=0.04 * np.sqrt(ramp(0, 1)) + ramp(0, 0, noise=0.002)), []),
+    "kl low, still growing": (dict(kl_ref=ramp(0, 0.04, noise=0.002)), ["kl_growth:present"]),
+    "grad NaN": (dict(grad_norm=np.r_[ramp(0.5, 0.6, 10), np.nan, np.nan]), ["grad_norm:present"]),
+    "grad spikes": (dict(grad_norm=np.r_[ramp(0.5, 0.5, 20, noise=0.05), 20.0, 0.5, 30.0, 0.5, 25.0, ramp(0.5, 0.5, 15)]), ["grad_norm:present"]),
+    "grad one spike": (dict(grad_norm=np.r_[ramp(0.5, 0.5, 20, noise=0.05), 20.0, ramp(0.5, 0.5, 19)]), ["grad_norm:borderline"]),
+    "grad healthy": (dict(grad_norm=ramp(0.8, 0.3, noise=0.05)), []),
+    "one reward dominates": (dict(**{"reward_fn/correct": ramp(0.0, 0.1), "reward_fn/format": ramp(0.9, 1.0)}), ["reward_share:present"]),
+    "rewards balanced": (dict(**{"reward_fn/correct": ramp(0.2, 0.6), "reward_fn/format": ramp(0.5, 0.9)}), []),
     "mismatch": (dict(mismatch_logp=ramp(0.06, 0.08)), ["mismatch:present"]),
     "mismatch borderline": (dict(mismatch_logp=ramp(0.03, 0.03)), ["mismatch:borderline"]),
     "mismatch kl": (dict(mismatch_kl=ramp(0.002, 0.003)), ["mismatch:present"]),
@@ -218,7 +234,7 @@ def test_findings(case):
 def test_finding_fields_and_pass_k():
     s = series(entropy=ramp(1.0, 0.1), heldout_pass_k=ramp(0.8, 0.6, 4))
     (f,), clean, skipped = _run_checks(s)
-    assert f.window == (1, 40) and f.spans == [(1, 10), (31, 40)] and f.numbers["ratio"] < T["entropy_collapse"][0] and f.confidence == "high"
+    assert f.window == (1, 40) and f.spans == [(1, 40)] and f.numbers["fit_ratio"] < T["entropy_collapse"][0] and f.confidence == "high"
     assert "pass@k 0.8 -> 0.6" in f.evidence and f.metrics == ["entropy", "heldout_pass_k"]
     assert "12_dapo" in f.section and any("eps_high" in k for k in f.knobs)
     assert skipped["mismatch"].startswith("not logged") and "truncation" in skipped
@@ -234,8 +250,10 @@ def test_heldout_drop_sees_a_break_in_the_first_steps():
     x = np.arange(0.0, 61.0)
     acc = np.r_[0.41, np.zeros(60)]; ent = np.r_[0.16, np.full(60, 0.72)]
     s = {"acc": (x[1:], acc[:60]), "entropy": (x[1:], ent[:60]), "heldout_acc": (np.array([0.0, 20, 40, 60]), np.array([0.53, 0, 0, 0]))}
-    (f,), clean, _ = _run_checks(s)
-    assert f.key == "heldout_drop" and f.status == "present" and f.confidence == "high" and "entropy" in clean
+    found_, clean, _ = _run_checks(s)
+    f, e = sorted(found_, key=lambda f: f.key != "heldout_drop")
+    assert f.key == "heldout_drop" and f.status == "present" and f.confidence == "high"
+    assert e.key == "entropy_runaway" and e.status == "present" and e.numbers["jump_ratio"] == 4.5   # the early jump: 0.16 -> 0.72
     assert f.numbers["drop"] == 0.53 and "training acc 0.41 (step 1) -> median 0" in f.evidence and f.spans == [(0, 0), (60, 60)]
     assert f.metrics == ["heldout_acc", "acc"] and "33_trainer" in f.section
     ax = dashboard(Report("x", "csv", 61, (0, 60), sorted(s), [], [], [f], [], {}, s)).axes[0]
@@ -290,7 +308,7 @@ def test_cli(tmp_path):
         assert msg in p.stderr
     assert main([str(tmp_path / "run.jsonl")]) == 0
     p = _cli(tmp_path / "run.jsonl", "--map", "mystery=lr", "--json", "-", "--map", "reward=acc")   # --map repeats
-    d = json.loads(p.stdout[p.stdout.index("\n{") + 1:])
+    d = json.loads(p.stdout)                                                # --json -: JSON only on stdout
     assert p.returncode == 0 and "acc" in d["metrics"] and "lr" in d["metrics"] and "reward" not in d["metrics"]
 
 
@@ -329,7 +347,7 @@ tr.train(); tr.save_state()
     for k in ("reward", "reward_std", "zero_std_frac", "entropy", "clipfrac", "clipfrac_low", "clipfrac_high", "kl_ref",
               "len_mean", "len_terminated", "trunc_frac", "loss", "grad_norm", "lr"):
         assert len(r.series[k][1]) == 8, k
-    assert "rewards/digits/mean" in r.unused and r.unmapped == []   # every name TRL 1.16 logged is known
+    assert "reward_fn/digits" in r.series and r.unmapped == []   # every name TRL 1.16 logged is known; rewards/<f>/mean is read
     assert {"entropy", "truncation", "length_drift", "kl_growth", "zero_std", "clip_asymmetry", "loss_zero"} <= set(r.clean) | {f.key for f in r.findings}
     p = _cli(tmp_path / "run")
     assert p.returncode == 0 and p.stdout.startswith("rl_notes doctor: ") and "(trl), 8 steps (1-8)" in p.stdout
@@ -351,7 +369,7 @@ def test_real_rl_notes_runs(tmp_path, micro_sft):
         for k in ("reward", "acc", "entropy", "clipfrac", "clipfrac_low", "clipfrac_high", "approx_kl", "len_mean", "trunc_frac",
                   "loss", "grad_norm", "lr", "heldout_acc"):
             assert k in r.series, (algo, k)
-        assert ("zero_std_frac" in r.series) == (algo == "dapo") and ("explained_var" in r.series) == (algo == "ppo")
+        assert "zero_std_frac" in r.series and ("explained_var" in r.series) == (algo == "ppo")   # dapo: kept_frac; ppo: frac_reward_zero_std
         assert r.series["heldout_acc"][0].tolist() == [0.0, 4.0, 8.0]
         trunc = next(f for f in r.findings if f.key == "truncation")        # a 3-token budget cuts answers: the doctor says so
         assert trunc.numbers["late"] >= T["trunc"][1]
@@ -369,3 +387,49 @@ def test_rl_notes_doctor_subcommand(tmp_path):
     assert '"findings"' in ok.stdout or "finding" in ok.stdout.lower()
     bad = subprocess.run(cmd + [str(tmp_path / "missing")], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.startswith("rl_notes doctor: error:") and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+
+
+# ---- readers added: a trainer_state.json under any name, TensorBoard, W&B history; rl_notes' TRL-named metrics
+
+def test_trainer_state_under_another_name(tmp_path):
+    (tmp_path / "state_step10.json").write_text(json.dumps({"global_step": 10, "log_history": _trl_history(10)}))
+    r = diagnose(tmp_path / "state_step10.json")                            # sniffed by content, not by name
+    assert r.source == "trl" and r.n_steps == 10
+    assert diagnose(tmp_path).path.endswith("state_step10.json")            # found in a directory too
+
+
+def test_rl_notes_frac_reward_zero_std(tmp_path):
+    "An rl_notes run logs TRL's frac_reward_zero_std: read as the zero-std share (no longer 'not logged')."
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({"step": i, "reward": 0.0, "resp_len": 3.0, "frac_reward_zero_std": 1.0,
+                                                                  "grad_norm": 0.0}) + "\n" for i in range(1, 11)))
+    r = diagnose(tmp_path)
+    assert r.source == "rl_notes" and "zero_std" not in r.skipped
+    assert {f.key for f in r.findings if f.status == "present"} >= {"zero_std", "grad_norm"}
+
+
+def test_tensorboard_and_wandb_history(tmp_path):
+    pytest.importorskip("tensorboard")
+    from torch.utils.tensorboard import SummaryWriter
+    w = SummaryWriter(str(tmp_path / "tb"))
+    for i in range(1, 11):
+        for k, v in {"train/entropy": 1.0, "train/kl": 0.5, "train/reward": 0.1 * i, "train/frac_reward_zero_std": 0.1}.items(): w.add_scalar(k, v, i)
+    w.close()
+    r = diagnose(tmp_path / "tb")
+    assert r.source == "trl" and r.n_steps == 10 and r.series["kl_ref"][1][0] == 0.5
+    assert [f.key for f in r.findings if f.status == "present"] == ["kl_growth"]   # 0.5 nats/token: the level check
+    (tmp_path / "wb" / "files").mkdir(parents=True)
+    write_jsonl(tmp_path / "wb" / "files" / "wandb-history.jsonl",
+                [{"_step": i, "_runtime": 1.0, "train/entropy": 2.0 - 0.15 * i, "train/global_step": i} for i in range(1, 11)])
+    r = diagnose(tmp_path / "wb")
+    assert r.n_steps == 10 and r.series["entropy"][1][-1] == 0.5 and r.findings[0].key == "entropy_collapse"
+
+
+def test_dashboard_title_and_axis_labels(tmp_path):
+    r = diagnose(_broken_rows())
+    fig = dashboard(r)
+    assert all(a.get_xlabel() == "training step" and a.get_ylabel() for a in fig.axes if a.get_title())
+    assert fig.axes[0].get_ylabel() == "nats/token" and any(a.get_ylabel() == "L2 norm" for a in fig.axes)   # the twin axis labelled
+    run = tmp_path / "0123456789abcdef"; run.mkdir()
+    write_jsonl(run / "metrics.jsonl", [{**row, "resp_len": 3.0} for row in _broken_rows()])
+    (run / "config.json").write_text(json.dumps({"algo": {"name": "grpo"}, "lr": 0.3, "seed": 2}))
+    assert dashboard(diagnose(run))._suptitle.get_text().startswith("grpo run, lr 0.3, seed 2 (01234567) (rl_notes)")
