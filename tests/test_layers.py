@@ -65,9 +65,10 @@ LAZY_L4 = {"torch", PKG}  # the CLI imports these inside its commands so that `-
 LAZY_SETTINGS = {"trainconfig"}  # the settings the CLI imports for --help: they import torch-bearing rl_notes modules inside their checks only
 # modules held to less than their layer allows: (third-party packages, rl_notes modules) they may import
 ONLY = {"analysis": ({"numpy", "matplotlib"}, set()),  # run analysis: reads metrics.jsonl, imports nothing of training
-        "doctor": ({"numpy", "matplotlib"}, set())}
+        "runlogs": ({"numpy"}, set()),   # reads a run's logs (rl_notes, TRL, verl, CSV, TensorBoard, W&B): no torch, no training code
+        "doctor": ({"numpy", "matplotlib"}, {"runlogs"})}
 # optional readers of these modules: a log format's own library, imported only inside the function that needs it (with a heavy reason)
-ONLY_NESTED = {"doctor": {"tensorboard", "wandb", "transformers"}}   # reads a run's logs (rl_notes, TRL, verl): no torch, no training code
+ONLY_NESTED = {"runlogs": {"tensorboard", "wandb"}, "doctor": {"transformers"}}   # reads a run's logs (rl_notes, TRL, verl): no torch, no training code
 EXEMPT = {"__init__", "_modidx"}  # nbdev's package files
 
 LAYER_OF = {m: l for l, ms in LAYERS.items() for m in ms}

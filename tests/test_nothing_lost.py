@@ -49,8 +49,8 @@ def test_doctor_reads_regular_files_only(tmp_path, capsys, kind):
 
 
 def test_doctor_size_guard(tmp_path, capsys, monkeypatch):
-    import rl_notes.doctor as doc
-    monkeypatch.setattr(doc, "MAX_BYTES", 100)
+    import rl_notes.runlogs as logs                                      # the doctor's log reader
+    monkeypatch.setattr(logs, "MAX_BYTES", 100)
     one_line(capsys, main(["doctor", str(rows_file(tmp_path / "m.jsonl"))]), 2, DOC, "bytes, more than the doctor reads")
 
 
