@@ -249,7 +249,7 @@ def parse_verdict(line:str) -> Verdict:
                    float(g["p"]), g["cond"], g["what"])
 
 def verdict_lines(nb:str|Path) -> list[str]:
-    "The VERDICT lines printed in a notebook's stored outputs (stream outputs, lines that start with `VERDICT `), in cell order."
+    "The VERDICT lines printed in a notebook's stored outputs (stream outputs, lines that start with the word VERDICT), in cell order."
     cells = json.loads(Path(nb).read_text(encoding="utf-8"))["cells"]
     return [l for c in cells if c["cell_type"] == "code" for o in c.get("outputs", []) if o.get("output_type") == "stream"
             for l in "".join(o["text"]).splitlines() if l.startswith("VERDICT ") and l.count(" | ") >= 2]
