@@ -197,14 +197,19 @@ def verdict(tag:str,  # the claim's name, e.g. "D1"
             cond:str,  # the conditions of the run
             sign:int=+1,  # the claimed sign of the effect
             level:float=0.95,  # of the interval that must exclude 0
+            history:str|None=None,  # how the design came to be (`HISTORY` tags); default: the one declared in `VERDICT_META`
+            unit:str="seeds",  # what n counts: "seeds" or "batches"
+            smallest:float|None=None,  # the smallest effect of interest, when the claim is about size
            ) -> bool:
-    "Print the VERDICT line: reproduced when the effect has the claimed `sign` and its t-interval at `level` excludes 0."
+    "Print the VERDICT line with its three-state verdict (`verdict_state`) and its design history; True when reproduced."
     if sign not in (1, -1): raise ValueError(f"verdict: `sign` must be +1 or -1, got {sign!r}")
+    if unit not in ("seeds", "batches"): raise ValueError(f"verdict: `unit` must be 'seeds' or 'batches', got {unit!r}")
     e = t_test(effect, se, n, level)
-    ok = effect * sign > 0 and (e.lo > 0 or e.hi < 0)
-    print(f"VERDICT {tag}: {'reproduced' if ok else 'not reproduced'} | {what} {effect:+.3f} ± {se:.3f} over {n} seeds "
+    state = verdict_state(effect, min(e.lo, effect), max(e.hi, effect), sign, smallest)
+    if history is None: history = VERDICT_META[tag].history if tag in VERDICT_META else "undeclared"
+    print(f"VERDICT {tag}: {state} [{history}] | {what} {effect:+.3f} ± {se:.3f} over {n} {unit} "
           f"({level:.0%} CI [{e.lo:+.3f}, {e.hi:+.3f}], p {e.p:.3f}) | {cond}")
-    return ok
+    return state == "reproduced"
 
 # %% ../nbs/40_analysis.ipynb #92be01a5
 def verdict_state(effect:float,  # mean paired difference
@@ -236,7 +241,7 @@ class Verdict(NamedTuple):
     "One VERDICT line, parsed: the printed (two-state) word, the effect, its s.e. and t-interval over n units, p, the conditions."
     id: str; state: str; effect: float; se: float; n: int; unit: str; lo: float; hi: float; p: float; cond: str; what: str
 
-_VLINE = re.compile(r"^VERDICT (?P<id>.+?): (?P<state>[a-z][a-z ]*?) \| (?P<what>.*?) ?(?P<effect>[+-]?\d+\.\d+) ± (?P<se>\d+\.\d+) "
+_VLINE = re.compile(r"^VERDICT (?P<id>.+?): (?P<state>[a-z][a-z ]*?)(?: \[(?P<history>[^\]]*)\])? \| (?P<what>.*?) ?(?P<effect>[+-]?\d+\.\d+) ± (?P<se>\d+\.\d+) "
                     r"over (?P<n>\d+) (?P<unit>seeds|batches) \(95% CI \[(?P<lo>[+-]?\d+\.\d+), (?P<hi>[+-]?\d+\.\d+)\], "
                     r"p (?P<p>\d+\.\d+)\) \| (?P<cond>.*)$")
 
