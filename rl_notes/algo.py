@@ -19,9 +19,9 @@ from .offpolicy import rejection_mask, opsm_mask
 
 # %% auto #0
 __all__ = ['ADVANTAGE_ESTIMATORS', 'CRITIC_ESTIMATORS', 'POLICY_LOSSES', 'TOKEN_MODIFIERS', 'Batch', 'make_batch', 'adv_group',
-           'adv_group_mean', 'adv_gae', 'adv_correct', 'adv_rloo', 'adv_reinforce_pp', 'loss_clip', 'loss_nll',
-           'loss_gspo', 'loss_cispo', 'loss_kl_cov', 'Tokens', 'mod_tis', 'mod_rs', 'mod_opsm', 'mod_entropy',
-           'mod_clip_cov', 'modify_tokens']
+           'adv_group_mean', 'adv_group_batch', 'adv_gae', 'adv_correct', 'adv_rloo', 'adv_reinforce_pp', 'loss_clip',
+           'loss_nll', 'loss_gspo', 'loss_cispo', 'loss_kl_cov', 'Tokens', 'mod_tis', 'mod_rs', 'mod_opsm',
+           'mod_entropy', 'mod_clip_cov', 'modify_tokens']
 
 # %% ../nbs/17_algo.ipynb #0f68edbe
 @dataclass
@@ -68,6 +68,17 @@ def adv_group_mean(algo, batch:Batch, reduce=None):
     "Dr. GRPO: each reward minus its group's mean, no std division; (B,), no value targets."
     return group_advantages(batch.score, batch.group_size, scale="none"), None
 
+def adv_group_batch(algo, batch:Batch,
+                    reduce=None,  # sums a tensor over data-parallel processes (the std of every process's rewards); None: this process
+                   ):
+    "TRL's scale_rewards='batch': each reward minus its group's mean, divided by the std of the raw rewards over the whole batch (+ 1e-4, TRL's); (B,)."
+    if reduce is None: return group_advantages(batch.score, batch.group_size, scale="batch", eps=1e-4), None
+    r = batch.score.double()
+    n, s1, s2 = reduce(torch.stack([torch.tensor(float(len(r)), dtype=r.dtype, device=r.device), r.sum(), (r * r).sum()]))   # over processes
+    # $\sigma = \sqrt{(\sum r^2 - n \bar r^2) / (n - 1)}$, the unbiased std of the global batch's rewards, as torch.std
+    std = ((s2 - s1 * s1 / n) / (n - 1)).clamp(min=0).sqrt()
+    return group_advantages(batch.score, batch.group_size, scale="none") / (std.float() + 1e-4), None
+
 def adv_gae(algo, batch:Batch,
             reduce=None,  # sums a tensor over data-parallel processes (whitening over the union of their rows); None: this process
            ):
@@ -94,7 +105,7 @@ def adv_reinforce_pp(algo, batch:Batch, reduce=None):
 
 # name -> fn(algo, batch, reduce) -> (advantages (B,) or (B, T), value targets (B, T) or None); a new estimator is one entry
 ADVANTAGE_ESTIMATORS = {"group": adv_group, "group-mean-only": adv_group_mean, "gae": adv_gae, "correct": adv_correct,
-                        "rloo": adv_rloo, "reinforce_pp": adv_reinforce_pp}
+                        "rloo": adv_rloo, "reinforce_pp": adv_reinforce_pp, "group-batch": adv_group_batch}
 CRITIC_ESTIMATORS = ("gae",)  # the estimators that read `batch.values` (the run builds a critic for them)
 
 # %% ../nbs/17_algo.ipynb #bd40e055

@@ -31,8 +31,8 @@ from .policies import Sampler, Reference
 
 # %% auto #0
 __all__ = ['heldout_eval', 'TrainingDiverged', 'seed_everything', 'Run', 'preflight', 'content_fingerprints', 'check_content',
-           'setup', 'PeerFailed', 'together', 'collect', 'advantages', 'update', 'heldout', 'eval_due', 'log_row',
-           'checkpoint', 'value_pretrain_step', 'StopRequest', 'train']
+           'setup', 'PeerFailed', 'together', 'collect', 'advantages', 'lr_factor', 'update', 'heldout', 'eval_due',
+           'log_row', 'checkpoint', 'value_pretrain_step', 'StopRequest', 'train']
 
 # %% ../nbs/33_trainer.ipynb #f189dc6a
 def heldout_eval(model, tokenizer,
@@ -435,14 +435,24 @@ def advantages(run:Run, batch:Batch, mt:Meter) -> Batch:
     return batch
 
 # %% ../nbs/33_trainer.ipynb #5ba415d7
+def lr_factor(cfg:TrainConfig, step:int) -> float:
+    "The learning rate's factor at RL step `step` (1 to `cfg.steps`): linear warm-up, then `lr_scheduler_type` (constant, or linear / cosine decay toward 0)."
+    T, W = cfg.steps, cfg.warmup_steps or math.ceil(cfg.warmup_ratio * cfg.steps)   # warmup_steps wins over warmup_ratio, as in transformers
+    warm = min(1.0, step / W) if W else 1.0
+    if cfg.lr_scheduler_type == "constant" or step <= W: return warm
+    # after the warm-up, transformers' schedules at optimizer step k = step - 1: the share of the decay done, (k - W) / (T - W)
+    done = (step - 1 - W) / max(1, T - W)
+    # linear: $1 - p$; cosine: $\frac12 (1 + \cos \pi p)$
+    return max(0.0, 1.0 - done) if cfg.lr_scheduler_type == "linear" else max(0.0, 0.5 * (1.0 + math.cos(math.pi * done)))
+
 def _set_lr(run:Run, step:int, mt:Meter):
-    "Linear warm-up as a function of the step (stateless, so a resumed run follows the same schedule)."
+    "The learning rates at `step` (`lr_factor`): a function of the step alone, so a resumed run follows the same schedule."
     cfg = run.cfg
-    warm = min(1.0, step / cfg.warmup_steps) if cfg.warmup_steps else 1.0
+    f = lr_factor(cfg, step)
     for o, lr in ((run.opt, cfg.lr), (run.copt, cfg.critic_lr)):
         if o is not None:
-            for pg in o.param_groups: pg["lr"] = lr * warm
-    mt.add("lr", cfg.lr * warm, 1)
+            for pg in o.param_groups: pg["lr"] = lr * f
+    mt.add("lr", cfg.lr * f, 1)
 
 def _old_ref_logp(run:Run, batch:Batch, mt:Meter):
     "Log-probs (B, T) before the update (needed with several optimizer steps per batch, or a sampler that is not the learner) and under the reference (beta > 0)."
