@@ -346,6 +346,7 @@ def _rollout_metrics(run:Run, first:dict, keep:torch.Tensor, mt:Meter):
     mt.add("len_right", L[ok].mean() if ok.any() else 0.0, n * float(ok.float().mean()))
     mt.add("len_wrong", L[~ok].mean() if (~ok).any() else 0.0, n * float((~ok).float().mean()))
     mt.add("trunc_rate", ro.truncated.float().mean(), n); mt.max("resp_len_max", L.max())
+    mt.add("completions/mean_length", L.mean(), n); mt.add("completions/clipped_ratio", ro.truncated.float().mean(), n)   # TRL's names of resp_len, trunc_rate
     mt.add("kept_frac", keep.float().mean(), n / run.cfg.group_size)
     _reward_stats(run, reward, first["per_func"], n, mt)
 
@@ -558,6 +559,8 @@ def _policy_step(run:Run, step:int, mb:Batch, old_logp, ref_logp, n_tok:float, n
         mt.add("entropy", masked_mean(ent.detach(), c.loss_mask), w)
         for k in ("clipfrac", "clipfrac_low", "clipfrac_high", "approx_kl", "ratio_mean"): mt.add(k, pm[k], w)
         mt.add("kl_ref", pm.get("kl", 0.0), w if "kl" in pm else 0)
+        for k, trl in (("clipfrac_low", "low_mean"), ("clipfrac_high", "high_mean"), ("clipfrac", "region_mean")): mt.add(f"clip_ratio/{trl}", pm[k], w)   # TRL's names
+        mt.add("kl", pm.get("kl", 0.0), w if "kl" in pm else 0)                                                          # TRL's name of kl_ref
     if algo.mu > 0:
         if n_pos > 0: mt.add("lm_loss", lm_total, 1)
         mt.add("lm_loss", 0.0, 0)

@@ -302,3 +302,37 @@ def test_scale_rewards_batch_is_trls():
     torch.testing.assert_close(adv, want)
     rpp, _ = ADVANTAGE_ESTIMATORS["reinforce_pp"](None, b)                          # REINFORCE++ keeps its own form
     assert not torch.allclose(rpp, want)
+
+
+@pytest.mark.slow
+def test_real_run_logs_trls_names_and_the_batch_line(micro_sft, tmp_path, capsys):
+    "A short run from the micro SFT start: TRL's metric names beside rl_notes' (equal values), the batch line, a model card without base_model."
+    import json
+    from rl_notes.doctor import to_series, SOURCE_MAPS
+    code = main(["train", "--model", micro_sft, "--task-arg", "max_digits=2", "--task-arg", "scratchpad=false", "--num_generations", "4",
+                 "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "1", "--steps_per_generation", "2",
+                 "--max-completion-length", "3", "--max_steps", "2", "--n-eval", "4", "--n-train", "200", "--quiet", "--threads", "1",
+                 "--beta", "0.1", "--logging_steps", "5", "--output_dir", str(tmp_path / "run")])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "rl_notes: --logging-steps ignored" in out
+    assert "each step samples 8 completions (2 prompts x 4) on 1 process(es); an optimizer update takes 4 per process in micro-batches of 4; " \
+           "2 update(s) per generation (2 minibatch(es) x 1 pass(es))" in out
+    rows = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    last = rows[-1]
+    assert last["completions/mean_length"] == pytest.approx(last["resp_len"]) and last["completions/clipped_ratio"] == pytest.approx(last["trunc_rate"])
+    assert (last["clip_ratio/low_mean"], last["clip_ratio/high_mean"], last["clip_ratio/region_mean"], last["kl"]) == \
+           pytest.approx((last["clipfrac_low"], last["clipfrac_high"], last["clipfrac"], last["kl_ref"]))
+    _, unmapped = to_series(rows, "rl_notes")
+    from rl_notes.doctor import KNOWN_UNUSED
+    assert not [k for k in unmapped if not KNOWN_UNUSED["rl_notes"].match(k)], unmapped   # the doctor knows the new names
+    card = (tmp_path / "run" / "model" / "README.md").read_text()
+    assert "base_model" not in card.split("---")[1]                      # a local start is no hub id
+
+
+def test_reward_format_hint():
+    from rl_notes.data import RewardSet
+    def chat_style(prompts, completions, **kw): return [float("3" in c[0]["content"]) for c in completions]
+    rows = [{"prompt": "1+2="}, {"prompt": "4+4="}]
+    with pytest.raises(ValueError, match=r"the prompts are strings, so each completion is a str"):
+        RewardSet([chat_style]).score(rows, ["3"] * 4, group_size=2)
