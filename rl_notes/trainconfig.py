@@ -12,7 +12,7 @@ from .configs import validate_config, from_trl, TRL_NAMES, ConfigError
 
 # %% auto #0
 __all__ = ['PRESETS', 'TRL_TRAIN', 'RUN_CONTROL', 'KEY_LATE', 'CHARS', 'OFFPOLICY_FIELDS', 'LAB_DEFAULTS', 'REAL_MODEL_PARAMS',
-           'PATH_FIELDS', 'Algo', 'get_algo', 'TrainConfig', 'trl_config', 'SFTConfig', 'reward_spec',
+           'PATH_FIELDS', 'Algo', 'get_algo', 'late_absent', 'TrainConfig', 'trl_config', 'SFTConfig', 'reward_spec',
            'offpolicy_settings', 'sampler_differs', 'dir_problem', 'content_changes', 'paths_read']
 
 # %% ../nbs/21_trainconfig.ipynb #2efb1170
@@ -194,7 +194,21 @@ def _dir_path(p:str) -> str|None:
     return None
 
 # fields added after runs were cached: a run whose field holds this value has the key it had before the field existed
+# (an Algo field as "algo.<field>")
 KEY_LATE = {"logprob_path": "auto", "lr_scheduler_type": "constant", "warmup_ratio": 0.0}
+_ABSENT = object()
+
+def _dotted(d:dict, k:str):
+    "d['algo']['x'] for k='algo.x'; `_ABSENT` when a part is missing."
+    for part in k.split("."):
+        if not isinstance(d, dict) or part not in d: return _ABSENT
+        d = d[part]
+    return d
+
+def late_absent(cfg, saved:dict) -> tuple:
+    "The `KEY_LATE` fields that a saved config (a checkpoint's) lacks and `cfg` holds at that value: added since, computing as before."
+    cur = cfg.to_dict()
+    return tuple(k for k, v in KEY_LATE.items() if _dotted(saved, k) is _ABSENT and _dotted(cur, k) == v)
 
 
 # %% ../nbs/21_trainconfig.ipynb #c0bcfedc

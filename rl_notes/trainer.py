@@ -22,7 +22,7 @@ from .rollout import Rollout, NonFiniteLogits, generate, response_logprobs, eval
 from .rundir import RunDir, RunLock, run_mode
 from .checkpoint import CheckpointError
 from .cache import cache_dir, content_sha256
-from .trainconfig import (Algo, TrainConfig, RUN_CONTROL, PATH_FIELDS, _dataset_label, _reward_file, content_changes, paths_read,
+from .trainconfig import (Algo, TrainConfig, RUN_CONTROL, PATH_FIELDS, late_absent, _dataset_label, _reward_file, content_changes, paths_read,
                                   dir_problem, _check_extras, _warn_tiny_defaults)
 from .algo import Batch, make_batch, ADVANTAGE_ESTIMATORS, POLICY_LOSSES, Tokens, modify_tokens
 from .report import Meter, Reporter, MODEL_DIR, export_model, export_step, recover_model, TrainResult, named_row
@@ -256,7 +256,8 @@ def _open_dir(run:Run):
     rows = []
     if cfg.resume and run.dir.ckpt.is_dir():
         check_content(run, run.dir.state())                            # the files it reads compared by content, not by spelling
-        st, rows = run.dir.resume(cfg, run.acc, run.policy, run.opt, run.critic, run.copt, ignore=RUN_CONTROL + PATH_FIELDS,
+        late = late_absent(cfg, run.dir.state()["config"])           # fields added since that checkpoint, at their old behaviour
+        st, rows = run.dir.resume(cfg, run.acc, run.policy, run.opt, run.critic, run.copt, ignore=RUN_CONTROL + PATH_FIELDS + late,
                                   tensors=_ckpt_tensor_names(run, run.dir.state()))
         _restore_extras(run, st)
         run.start = run.saved = st["step"]

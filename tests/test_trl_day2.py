@@ -336,3 +336,22 @@ def test_reward_format_hint():
     rows = [{"prompt": "1+2="}, {"prompt": "4+4="}]
     with pytest.raises(ValueError, match=r"the prompts are strings, so each completion is a str"):
         RewardSet([chat_style]).score(rows, ["3"] * 4, group_size=2)
+
+
+@pytest.mark.slow
+def test_resume_a_checkpoint_written_before_the_schedule_fields(micro_sft, tmp_path):
+    "A checkpoint whose config lacks lr_scheduler_type / warmup_ratio (written before they existed) resumes at their defaults, not at others."
+    import json
+    from rl_notes.trainer import train
+    from rl_notes.checkpoint import CheckpointError
+    kw = dict(model=micro_sft, task_kw=dict(max_digits=2, scratchpad=False), steps=2, n_prompts=2, group_size=4, max_new_tokens=3,
+              n_eval=0, n_train=200, save_every=1, progress=False, threads=1, out_dir=str(tmp_path / "run"))
+    train(TrainConfig(**kw, stop_at=1))
+    f = tmp_path / "run" / "ckpt" / "state.json"
+    st = json.loads(f.read_text())
+    for k in ("lr_scheduler_type", "warmup_ratio"): del st["config"][k]
+    f.write_text(json.dumps(st))
+    with pytest.raises(CheckpointError, match="lr_scheduler_type: checkpoint None != now 'linear'"):
+        train(TrainConfig(**kw, resume=True, lr_scheduler_type="linear"))
+    rows = train(TrainConfig(**kw, resume=True))
+    assert [r["step"] for r in rows if "step" in r][-1] == 2
