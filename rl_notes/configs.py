@@ -7,7 +7,8 @@ from __future__ import annotations
 import re, math, types, typing, warnings, functools, dataclasses
 
 # %% auto #0
-__all__ = ['TRL_NAMES', 'TRL_OTHER', 'ConfigError', 'validate_config', 'TrlName', 'from_trl', 'TrlOther', 'trl_batch']
+__all__ = ['TRL_NAMES', 'TRL_LOSSES', 'TRL_OTHER', 'ConfigError', 'validate_config', 'TrlName', 'from_trl', 'TrlOther',
+           'trl_batch']
 
 # %% ../nbs/20_configs.ipynb #4b04b03e
 class ConfigError(ValueError):
@@ -134,8 +135,10 @@ TRL_NAMES = {  # GRPOConfig name -> `TrlName`
     "epsilon": TrlName("Algo", "eps_low", note="also sets eps_high unless epsilon_high (or eps_high) is given, as in TRL"),
     "epsilon_high": TrlName("Algo", "eps_high"),
     "loss_type": TrlName("Algo", "agg", {"grpo": "seq-mean-token-mean", "dapo": "token-mean", "bnpo": "token-mean",
-                                         "dr_grpo": "seq-mean-token-sum-norm"},
-                         note="the aggregation of the per-token loss; bnpo: over all processes' tokens; for cispo use the `cispo` preset"),
+                                         "dr_grpo": "seq-mean-token-sum-norm", "luspo": "seq-mean-token-sum", "sapo": "seq-mean-token-mean",
+                                         "vespo": "token-mean"},
+                         note="the aggregation of the per-token loss; bnpo: over all processes' tokens; sapo and vespo also set Algo.loss "
+                              "(`TRL_LOSSES`); for cispo use the `cispo` preset"),
     "scale_rewards": TrlName("Algo", "adv", {"group": "group", True: "group", "none": "group-mean-only", False: "group-mean-only",
                                              "batch": "group-batch"}, note="the advantage estimator; batch: the group mean subtracted, divided by the std of the batch's rewards"),
     "mask_truncated_completions": TrlName("Algo", "overlong_filter"),
@@ -156,7 +159,9 @@ TRL_NAMES = {  # GRPOConfig name -> `TrlName`
     "multi_objective_aggregation": TrlName(None, None, {"sum_then_normalize": None}, note="rl_notes sums the weighted rewards, then normalises (TRL's default)"),
     "entropy_coef": TrlName(None, None, {0.0: None, 0: None}, note="rl_notes has no entropy bonus; --top-entropy-quantile keeps the gradient on high-entropy tokens"),
     "use_adaptive_entropy": TrlName(None, None, {False: None}, note="rl_notes has no entropy bonus"),
+    **{n: TrlName("Algo", n) for n in ("sapo_temperature_pos", "sapo_temperature_neg", "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")},
 }
+TRL_LOSSES = {"sapo": "sapo", "vespo": "vespo"}  # TRL's loss_type values that are a loss of their own (`rl_notes.algo.POLICY_LOSSES`) besides an aggregation
 
 def from_trl(cls:str,  # "TrainConfig" or "Algo": the config `d` is for
              fields:list[str],  # its field names
@@ -181,6 +186,7 @@ def from_trl(cls:str,  # "TrainConfig" or "Algo": the config `d` is for
         if t.cls is None or (t.values is not None and t.values[v] is None): continue   # a default both share: nothing to set
         out[t.field] = v if t.values is None else t.values[v]
         if k == "epsilon" and "epsilon_high" not in d and "eps_high" not in d: out["eps_high"] = v   # TRL: epsilon_high defaults to epsilon
+        if k == "loss_type" and v in TRL_LOSSES: out["loss"] = TRL_LOSSES[v]                       # TRL's loss_type picks the loss too
     if bad:
         trl = [n for n, t in TRL_NAMES.items() if t.cls in (cls, None)]
         raise ConfigError(f"unknown {cls} field(s) {sorted(bad)}; valid: {', '.join(fields)}; also TRL's names: {', '.join(trl)}")
@@ -253,8 +259,6 @@ TRL_OTHER = {  # GRPOConfig name -> `TrlOther`
             "use_transformers_continuous_batching transformers_continuous_batching_config use_transformers_paged", "refused", _NO_VLLM),
     "vllm_importance_sampling_correction": TrlOther("ignored", "rl_notes corrects whenever --vllm-importance-sampling-mode is given, against its own sampler"),
     "vllm_importance_sampling_cap": TrlOther("refused", "use --vllm-importance-sampling-clip-max"),
-    **_each("sapo_temperature_neg sapo_temperature_pos vespo_k_pos vespo_lambda_pos vespo_k_neg vespo_lambda_neg", "refused",
-            "rl_notes has no sapo or vespo loss; its losses are `rl_notes.algo.POLICY_LOSSES` (--algo, --set loss=...)"),
     **_each("entropy_coef_min entropy_coef_max entropy_coef_delta entropy_target", "refused", "rl_notes has no entropy bonus"),
     "max_tool_calling_iterations": TrlOther("refused", "rl_notes samples one completion per call, without tools"),
     "use_bias_correction_kl": TrlOther("ignored", "rl_notes' KL term has no importance-ratio factor; with beta 0, TRL's default, there is no KL term"),

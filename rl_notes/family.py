@@ -12,8 +12,9 @@ from .ppo import policy_ratio, clip_metrics
 from .grpo import group_advantages
 
 # %% auto #0
-__all__ = ['TIS_LEVELS', 'TIS_MODES', 'rloo_advantages', 'reinforce_pp_advantages', 'gspo_loss', 'cispo_loss', 'tis_weights',
-           'high_entropy_mask', 'accelerate_gather', 'clip_cov_mask', 'kl_cov_loss', 'nll_loss']
+__all__ = ['TIS_LEVELS', 'TIS_MODES', 'rloo_advantages', 'reinforce_pp_advantages', 'gspo_loss', 'cispo_loss', 'sapo_loss',
+           'vespo_loss', 'tis_weights', 'high_entropy_mask', 'accelerate_gather', 'clip_cov_mask', 'kl_cov_loss',
+           'nll_loss']
 
 # %% ../nbs/15_family.ipynb #9c07ae4b
 def rloo_advantages(rewards:torch.Tensor,  # (B,) scalar reward per response, B = n_prompts * group_size, groups adjacent
@@ -103,6 +104,56 @@ def cispo_loss(logp:torch.Tensor,  # (B, T) log pi_theta of the sampled tokens (
         w_clipped = (ratio > 1 + eps_high) | ((ratio < lo) if lo is not None else torch.zeros_like(m))
         metrics = dict(pr.metrics, clipfrac=masked_mean(w_clipped.to(logp.dtype), m))
     return loss, metrics
+
+# %% ../nbs/15_family.ipynb #24985630
+def sapo_loss(logp:torch.Tensor,  # (B, T) log pi_theta of the sampled tokens (requires grad)
+              old_logp:torch.Tensor,  # (B, T) log pi_old at sampling time
+              adv:torch.Tensor,  # (B,) or (B, T) advantages
+              mask:torch.Tensor,  # (B, T) response mask
+              tau_pos:float=1.0,  # gate temperature where A > 0 (TRL's sapo_temperature_pos)
+              tau_neg:float=1.05,  # where A <= 0 (sapo_temperature_neg)
+              agg:str="seq-mean-token-mean",  # aggregation, see `rl_notes.core.agg_loss` (TRL: per sequence)
+              max_tokens:int|None=None,  # L_max for agg="seq-mean-token-sum-norm"
+              global_tokens:float|None=None,  # global token count for agg="token-mean" under data parallelism
+             ) -> tuple[torch.Tensor, dict]:  # scalar loss to minimise, metrics (sapo_gate: mean gradient weight 4 sigma (1 - sigma))
+    "SAPO loss (TRL's `sapo`): the token ratio through a soft gate sigma(tau (r - 1)) 4 / tau instead of PPO's clip, tau by the sign of A."
+    for k, v in (("tau_pos", tau_pos), ("tau_neg", tau_neg)):
+        if not (isinstance(v, (int, float)) and v > 0 and math.isfinite(v)): raise ValueError(f"`{k}` must be a finite number > 0, got {v!r}")
+    pr = policy_ratio(logp, old_logp, adv, mask, None, None)   # checked inputs, the token ratio and its diagnostics (no clip)
+    m, adv, r = pr.mask, pr.adv, pr.ratio
+    # $\tau_{i,t} = \tau_{pos}$ if $A_{i,t} > 0$, else $\tau_{neg}$
+    tau = torch.where(adv > 0, torch.full_like(r, tau_pos), torch.full_like(r, tau_neg))
+    s = torch.sigmoid(tau * (r - 1))
+    # $\ell_{i,t} = -\sigma(\tau (r_{i,t} - 1))\,\frac{4}{\tau}\,A_{i,t}$
+    loss = agg_loss(-s * 4 / tau * adv, m, agg, max_tokens=max_tokens, global_tokens=global_tokens)
+    with torch.no_grad(): metrics = dict(pr.metrics, sapo_gate=masked_mean(4 * s * (1 - s), m))
+    return loss, metrics
+
+def vespo_loss(logp:torch.Tensor,  # (B, T) log pi_theta of the sampled tokens (requires grad)
+               old_logp:torch.Tensor,  # (B, T) log pi_old at sampling time
+               adv:torch.Tensor,  # (B,) or (B, T) advantages
+               mask:torch.Tensor,  # (B, T) response mask
+               k_pos:float=2.0, lam_pos:float=3.0,  # the gamma weight's shape where A >= 0 (TRL's vespo_k_pos, vespo_lambda_pos)
+               k_neg:float=3.0, lam_neg:float=2.0,  # where A < 0 (vespo_k_neg, vespo_lambda_neg)
+               agg:str="token-mean",  # aggregation, see `rl_notes.core.agg_loss` (TRL: over the batch's tokens)
+               max_tokens:int|None=None,  # L_max for agg="seq-mean-token-sum-norm"
+               global_tokens:float|None=None,  # global token count for agg="token-mean" under data parallelism
+              ) -> tuple[torch.Tensor, dict]:  # scalar loss to minimise, metrics (phi_mean: the mean weight)
+    "VESPO loss (TRL's `vespo`): REINFORCE weighted by phi(w) = e^lam w^k e^(-lam w) of the detached sequence ratio w = prod_t r_t; phi(1) = 1."
+    pr = policy_ratio(logp, old_logp, adv, mask, None, None)   # checked inputs; log_ratio clamped to [-20, 20], as TRL's
+    m, adv = pr.mask, pr.adv
+    with torch.no_grad():
+        # $\log w_i = \sum_t \log r_{i,t}$, clamped to $[\log 10^{-8}, 20]$
+        log_w = masked_sum(pr.log_ratio, m, dim=-1).clamp(math.log(1e-8), 20.0)[:, None]           # (B, 1)
+        pos = adv >= 0
+        k = torch.where(pos, torch.full_like(adv, k_pos), torch.full_like(adv, k_neg))           # (B, T)
+        lam = torch.where(pos, torch.full_like(adv, lam_pos), torch.full_like(adv, lam_neg)).clamp(min=1e-4)
+        # $\log\phi = \lambda + k\log w - \lambda w$
+        phi = torch.exp(lam + k * log_w - lam * log_w.exp()).nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
+    lp = torch.where(m, logp, torch.zeros((), dtype=logp.dtype, device=logp.device))
+    # $\ell_{i,t} = -\phi(w_i)\,A_{i,t}\log\pi_\theta(o_{i,t})$
+    loss = agg_loss(-phi * adv * lp, m, agg, max_tokens=max_tokens, global_tokens=global_tokens)
+    return loss, dict(pr.metrics, phi_mean=masked_mean(phi, m))
 
 # %% ../nbs/15_family.ipynb #39e4ec49
 TIS_LEVELS = ("token", "sequence")

@@ -86,6 +86,12 @@ class Algo:
     kl_horizon: float = _f(10000.0, gt=0)  # H of the adaptive rule: a step of n responses moves beta by at most a factor 1 +- 0.2 n / H
     ref_reset_every: int = _f(0, ge=0)  # every N RL steps move the reference to the policy (ProRL's reset; TRL's ref_model_sync_steps); 0: never
     ref_mixup_alpha: float = _f(1.0, gt=0, le=1)  # the move: ref <- alpha * policy + (1 - alpha) * ref; 1: a copy
+    sapo_temperature_pos: float = _f(1.0, gt=0)  # SAPO (loss="sapo"): the gate's temperature where A > 0 (TRL's name and default)
+    sapo_temperature_neg: float = _f(1.05, gt=0)  # SAPO: where A <= 0
+    vespo_k_pos: float = _f(2.0, ge=0)  # VESPO (loss="vespo"): k of the weight e^lam w^k e^(-lam w) where A >= 0 (TRL's name and default)
+    vespo_lambda_pos: float = _f(3.0, gt=0)  # VESPO: lambda where A >= 0
+    vespo_k_neg: float = _f(3.0, ge=0)  # VESPO: k where A < 0
+    vespo_lambda_neg: float = _f(2.0, gt=0)  # VESPO: lambda where A < 0
 
     def __post_init__(self):
         validate_config(self)
@@ -147,6 +153,9 @@ TRL_TRAIN = {"lr": 1e-6, "max_new_tokens": 512, "lr_scheduler_type": "linear"}
 
 def _trl_checks(a:Algo, base_loss:str, trl:dict):
     "TRL's delta and importance_sampling_level act as rl_notes' dual clip and `gspo` loss only where they compute the same; else one line."
+    if trl.get("importance_sampling_level") == "sequence" and trl.get("loss_type") in ("sapo", "vespo"):
+        raise ConfigError(f"importance_sampling_level='sequence' with loss_type={trl['loss_type']!r} (TRL's names): rl_notes' {trl['loss_type']} "
+                          "loss takes token ratios (vespo forms its sequence weight itself); leave importance_sampling_level='token'")
     if trl.get("importance_sampling_level") == "sequence" and base_loss not in ("clip", "gspo"):
         raise ConfigError(f"importance_sampling_level='sequence' (TRL's name) replaces the clipped loss by the `gspo` loss; this preset's loss is {base_loss!r}")
     if trl.get("delta") is not None and not (a.loss == "clip" and a.dual_clip > 1 + a.eps_high):
@@ -157,7 +166,7 @@ def get_algo(name:str|Algo,  # a preset name (`PRESETS`) or an `Algo`, returned 
              **overrides,  # fields of `Algo` to change (or TRL's names for them: epsilon, beta, loss_type, ...)
             ) -> Algo:
     "The `Algo` of a preset, with `overrides` applied (by `Algo`'s field names or TRL GRPOConfig's: `rl_notes.configs.TRL_NAMES`)."
-    trl = {k: overrides[k] for k in ("delta", "importance_sampling_level") if k in overrides}
+    trl = {k: overrides[k] for k in ("delta", "importance_sampling_level", "loss_type") if k in overrides}
     overrides = from_trl("Algo", [f.name for f in dataclasses.fields(Algo)], overrides)
     if isinstance(name, Algo): a, base = dataclasses.replace(name, **overrides), name.loss
     else:
@@ -195,7 +204,9 @@ def _dir_path(p:str) -> str|None:
 
 # fields added after runs were cached: a run whose field holds this value has the key it had before the field existed
 # (an Algo field as "algo.<field>")
-KEY_LATE = {"logprob_path": "auto", "lr_scheduler_type": "constant", "warmup_ratio": 0.0}
+KEY_LATE = {"logprob_path": "auto", "lr_scheduler_type": "constant", "warmup_ratio": 0.0,
+            "algo.sapo_temperature_pos": 1.0, "algo.sapo_temperature_neg": 1.05, "algo.vespo_k_pos": 2.0, "algo.vespo_lambda_pos": 3.0,
+            "algo.vespo_k_neg": 3.0, "algo.vespo_lambda_neg": 2.0}
 _ABSENT = object()
 
 def _dotted(d:dict, k:str):

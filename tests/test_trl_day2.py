@@ -355,3 +355,58 @@ def test_resume_a_checkpoint_written_before_the_schedule_fields(micro_sft, tmp_p
         train(TrainConfig(**kw, resume=True, lr_scheduler_type="linear"))
     rows = train(TrainConfig(**kw, resume=True))
     assert [r["step"] for r in rows if "step" in r][-1] == 2
+
+
+def trl_compute_loss(loss_type, logp, old, adv, mask, algo, level="token", delta=None):
+    "TRL 1.16's own GRPOTrainer._compute_loss on the given tensors: a stub trainer (one process, beta 0) whose log-prob pass returns `logp`."
+    import collections, types
+    a = types.SimpleNamespace(delta=delta, use_bias_correction_kl=True, steps_per_generation=1, sapo_temperature_pos=algo.sapo_temperature_pos,
+                              sapo_temperature_neg=algo.sapo_temperature_neg, vespo_k_pos=algo.vespo_k_pos, vespo_lambda_pos=algo.vespo_lambda_pos,
+                              vespo_k_neg=algo.vespo_k_neg, vespo_lambda_neg=algo.vespo_lambda_neg)
+    acc = types.SimpleNamespace(num_processes=1, reduce=lambda t, reduction="sum": t, gather=lambda t: t, gather_for_metrics=lambda t: t, sync_gradients=True)
+    s = types.SimpleNamespace(args=a, accelerator=acc, aux_loss_enabled=False, top_entropy_quantile=1.0, off_policy_mask_threshold=None,
+                              importance_sampling_level=level, beta=0.0, loss_type=loss_type, epsilon_low=algo.eps_low, epsilon_high=algo.eps_high,
+                              use_vllm=False, vllm_importance_sampling_correction=False, model=types.SimpleNamespace(training=True),
+                              current_gradient_accumulation_steps=1, _metrics=collections.defaultdict(lambda: collections.defaultdict(list)),
+                              _entropy_bonus_enabled=False, max_completion_length=logp.shape[1], get_gamma_weights=trl.GRPOTrainer.get_gamma_weights)
+    s._get_per_token_logps_and_entropies = lambda *x, **k: (logp, torch.zeros_like(logp), None)
+    B, T = logp.shape
+    inputs = dict(prompt_ids=torch.zeros(B, 1, dtype=torch.long), prompt_mask=torch.ones(B, 1, dtype=torch.long),
+                  completion_ids=torch.zeros(B, T, dtype=torch.long), completion_mask=mask.long(), advantages=adv, old_per_token_logps=old,
+                  num_items_in_batch=mask.sum().float())
+    return trl.GRPOTrainer._compute_loss(s, None, inputs)
+
+
+@pytest.mark.parametrize("loss_type, level, kw", [
+    ("dapo", "token", dict()), ("grpo", "token", dict()), ("dr_grpo", "token", dict()), ("dapo", "token", dict(delta=1.5)),
+    ("grpo", "sequence", dict()), ("dapo", "sequence", dict()), ("luspo", "sequence", dict()), ("luspo", "token", dict()),
+    ("sapo", "token", dict()), ("sapo", "token", dict(sapo_temperature_pos=2.0, sapo_temperature_neg=0.5)),
+    ("vespo", "token", dict()), ("vespo", "token", dict(vespo_k_pos=1.0, vespo_lambda_pos=1.5, vespo_k_neg=0.5, vespo_lambda_neg=4.0))])
+def test_losses_equal_trls_code_path(loss_type, level, kw):
+    "rl_notes' loss for TRL's loss_type / importance_sampling_level / delta / sapo and vespo settings, against TRL's _compute_loss: value and gradient."
+    from rl_notes.algo import POLICY_LOSSES
+    algo = get_algo("trl", loss_type=loss_type, importance_sampling_level=level, **kw)
+    g = torch.Generator().manual_seed(7)
+    B, T = 8, 6
+    old = torch.randn(B, T, generator=g) * 0.5 - 1.5
+    logp = (old + torch.randn(B, T, generator=g) * (0.05 if level == "sequence" else 0.4)).requires_grad_()   # ratios in and out of the clip
+    adv = torch.randn(B, generator=g)
+    mask = torch.rand(B, T, generator=g) > 0.25; mask[:, 0] = True
+    ours, _ = POLICY_LOSSES[algo.loss](algo, logp, old, None, adv, mask, max_tokens=T, global_tokens=None)
+    (g1,) = torch.autograd.grad(ours, logp)
+    lp = logp.detach().clone().requires_grad_()
+    theirs = trl_compute_loss(loss_type, lp, old, adv, mask, algo, level, kw.get("delta"))
+    (g2,) = torch.autograd.grad(theirs, lp)
+    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(g1, g2, rtol=1e-5, atol=1e-6)
+
+
+def test_trl_loss_types_on_the_command_line(cli_cfg):
+    code, cfg, _, err = cli_cfg("--loss-type", "sapo", "--sapo-temperature-neg", "2")
+    assert code == 0 and (cfg.algo.loss, cfg.algo.agg, cfg.algo.sapo_temperature_neg) == ("sapo", "seq-mean-token-mean", 2.0), err
+    code, cfg, _, err = cli_cfg("--loss_type", "luspo", "--importance_sampling_level", "sequence")
+    assert code == 0 and (cfg.algo.loss, cfg.algo.agg) == ("gspo", "seq-mean-token-sum"), err
+    code, cfg, _, err = cli_cfg("--loss-type", "vespo")
+    assert code == 0 and (cfg.algo.loss, cfg.algo.agg) == ("vespo", "token-mean"), err
+    code, _, _, err = cli_cfg("--loss-type", "vespo", "--importance-sampling-level", "sequence")
+    assert code == 2 and "takes token ratios" in one_line(err)
