@@ -13,15 +13,15 @@ from .ppo import terminal_rewards
 from .dapo import overlong_filter_mask
 from .grpo import group_advantages, grpo_loss
 from .vapo import decoupled_gae
-from .family import (rloo_advantages, reinforce_pp_advantages, gspo_loss, cispo_loss, kl_cov_loss, nll_loss, tis_weights,
+from .family import (rloo_advantages, reinforce_pp_advantages, gspo_loss, cispo_loss, sapo_loss, vespo_loss, kl_cov_loss, nll_loss, tis_weights,
                              high_entropy_mask, clip_cov_mask)
 from .offpolicy import rejection_mask, opsm_mask
 
 # %% auto #0
 __all__ = ['ADVANTAGE_ESTIMATORS', 'CRITIC_ESTIMATORS', 'POLICY_LOSSES', 'TOKEN_MODIFIERS', 'Batch', 'make_batch', 'adv_group',
-           'adv_group_mean', 'adv_gae', 'adv_correct', 'adv_rloo', 'adv_reinforce_pp', 'loss_clip', 'loss_nll',
-           'loss_gspo', 'loss_cispo', 'loss_kl_cov', 'Tokens', 'mod_tis', 'mod_rs', 'mod_opsm', 'mod_entropy',
-           'mod_clip_cov', 'modify_tokens']
+           'adv_group_mean', 'adv_group_batch', 'adv_gae', 'adv_correct', 'adv_rloo', 'adv_reinforce_pp', 'loss_clip',
+           'loss_nll', 'loss_gspo', 'loss_cispo', 'loss_sapo', 'loss_vespo', 'loss_kl_cov', 'Tokens', 'mod_tis',
+           'mod_rs', 'mod_opsm', 'mod_entropy', 'mod_clip_cov', 'modify_tokens']
 
 # %% ../nbs/17_algo.ipynb #0f68edbe
 @dataclass
@@ -68,6 +68,17 @@ def adv_group_mean(algo, batch:Batch, reduce=None):
     "Dr. GRPO: each reward minus its group's mean, no std division; (B,), no value targets."
     return group_advantages(batch.score, batch.group_size, scale="none"), None
 
+def adv_group_batch(algo, batch:Batch,
+                    reduce=None,  # sums a tensor over data-parallel processes (the std of every process's rewards); None: this process
+                   ):
+    "TRL's scale_rewards='batch': each reward minus its group's mean, divided by the std of the raw rewards over the whole batch (+ 1e-4, TRL's); (B,)."
+    if reduce is None: return group_advantages(batch.score, batch.group_size, scale="batch", eps=1e-4), None
+    r = batch.score.double()
+    n, s1, s2 = reduce(torch.stack([torch.tensor(float(len(r)), dtype=r.dtype, device=r.device), r.sum(), (r * r).sum()]))   # over processes
+    # $\sigma = \sqrt{(\sum r^2 - n \bar r^2) / (n - 1)}$, the unbiased std of the global batch's rewards, as torch.std
+    std = ((s2 - s1 * s1 / n) / (n - 1)).clamp(min=0).sqrt()
+    return group_advantages(batch.score, batch.group_size, scale="none") / (std.float() + 1e-4), None
+
 def adv_gae(algo, batch:Batch,
             reduce=None,  # sums a tensor over data-parallel processes (whitening over the union of their rows); None: this process
            ):
@@ -94,7 +105,7 @@ def adv_reinforce_pp(algo, batch:Batch, reduce=None):
 
 # name -> fn(algo, batch, reduce) -> (advantages (B,) or (B, T), value targets (B, T) or None); a new estimator is one entry
 ADVANTAGE_ESTIMATORS = {"group": adv_group, "group-mean-only": adv_group_mean, "gae": adv_gae, "correct": adv_correct,
-                        "rloo": adv_rloo, "reinforce_pp": adv_reinforce_pp}
+                        "rloo": adv_rloo, "reinforce_pp": adv_reinforce_pp, "group-batch": adv_group_batch}
 CRITIC_ESTIMATORS = ("gae",)  # the estimators that read `batch.values` (the run builds a critic for them)
 
 # %% ../nbs/17_algo.ipynb #bd40e055
@@ -126,13 +137,23 @@ def loss_cispo(algo, logp, old_logp, ref_logp, adv, mask, max_tokens:int, global
     return cispo_loss(logp, old_logp, adv, mask, eps_high=algo.eps_high, eps_low=algo.cispo_eps_low, agg=algo.agg,
                       max_tokens=max_tokens, global_tokens=global_tokens)
 
+def loss_sapo(algo, logp, old_logp, ref_logp, adv, mask, max_tokens:int, global_tokens:float|None, reduce=None):
+    "SAPO (TRL's `sapo`): the token ratio through a soft gate instead of the clip (`rl_notes.family.sapo_loss`)."
+    return sapo_loss(logp, old_logp, adv, mask, tau_pos=algo.sapo_temperature_pos, tau_neg=algo.sapo_temperature_neg, agg=algo.agg,
+                     max_tokens=max_tokens, global_tokens=global_tokens)
+
+def loss_vespo(algo, logp, old_logp, ref_logp, adv, mask, max_tokens:int, global_tokens:float|None, reduce=None):
+    "VESPO (TRL's `vespo`): REINFORCE weighted by a gamma-shaped function of the detached sequence ratio (`rl_notes.family.vespo_loss`)."
+    return vespo_loss(logp, old_logp, adv, mask, k_pos=algo.vespo_k_pos, lam_pos=algo.vespo_lambda_pos, k_neg=algo.vespo_k_neg,
+                      lam_neg=algo.vespo_lambda_neg, agg=algo.agg, max_tokens=max_tokens, global_tokens=global_tokens)
+
 def loss_kl_cov(algo, logp, old_logp, ref_logp, adv, mask, max_tokens:int, global_tokens:float|None, reduce=None):
     "KL-Cov: the unclipped surrogate plus kl_cov_coef |log r| on the kl_cov_ratio tokens of largest covariance (`rl_notes.family.kl_cov_loss`)."
     return kl_cov_loss(logp, old_logp, adv, mask, kl_ratio=algo.kl_cov_ratio, beta=algo.kl_cov_coef, agg=algo.agg,
                        max_tokens=max_tokens, global_tokens=global_tokens, reduce=reduce)
 
 # name -> fn(algo, logp, old_logp, ref_logp, adv, mask, max_tokens, global_tokens, reduce) -> (loss, metrics); a new loss is one entry
-POLICY_LOSSES = {"clip": loss_clip, "nll": loss_nll, "gspo": loss_gspo, "cispo": loss_cispo, "kl_cov": loss_kl_cov}
+POLICY_LOSSES = {"clip": loss_clip, "nll": loss_nll, "gspo": loss_gspo, "cispo": loss_cispo, "kl_cov": loss_kl_cov, "sapo": loss_sapo, "vespo": loss_vespo}
 
 # %% ../nbs/17_algo.ipynb #6b969220
 @dataclass

@@ -213,10 +213,11 @@ def _short(v, n:int=80) -> str: r = repr(v); return r if len(r) <= n else r[:n -
 def _cfg_diff(saved:dict, cur:dict, ignore=(), prefix:str="") -> list[str]:
     "The fields that differ, as 'name: checkpoint X != now Y'; a nested config (`algo`) by its own fields, so the message names only what changed."
     out = []
-    for k in sorted((set(saved) | set(cur)) - set(ignore)):
+    for k in sorted(set(saved) | set(cur)):
+        if f"{prefix}{k}" in ignore: continue                          # a nested field as "algo.<field>"
         a, b = saved.get(k), cur.get(k)
         if a == b: continue
-        if isinstance(a, dict) and isinstance(b, dict): out += _cfg_diff(a, b, (), f"{prefix}{k}.")
+        if isinstance(a, dict) and isinstance(b, dict): out += _cfg_diff(a, b, ignore, f"{prefix}{k}.")
         else: out.append(f"{prefix}{k}: checkpoint {_short(a)} != now {_short(b)}")
     return out
 

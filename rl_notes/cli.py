@@ -4,10 +4,10 @@
 
 # %% ../nbs/43_cli.ipynb #eb1d7f78
 from __future__ import annotations
-import argparse, dataclasses, functools, json, os, platform, stat, sys, time, traceback, typing
+import argparse, dataclasses, functools, json, os, platform, stat, sys, time, traceback, typing, warnings
 from pathlib import Path
 from typing import NamedTuple
-from .trainconfig import PRESETS, TrainConfig, SFTConfig  # the settings: they import no torch (a test checks)
+from .trainconfig import PRESETS, TRL_TRAIN, Algo, TrainConfig, SFTConfig  # the settings: they import no torch (a test checks)
 
 
 # %% auto #0
@@ -140,7 +140,7 @@ FIELD_GROUP = {  # config field -> --help section (TrainConfig and SFTConfig; a 
                      "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "save_adapter", "n_train", "model_cfg", "chars"), "model and data"),
     **dict.fromkeys(("algo", "group_size", "ppo_epochs", "n_minibatches"), "algorithm"),
     **dict.fromkeys(("max_new_tokens", "temperature", "sampler_dtype", "sampler_lag", "sampler_temperature"), "generation"),
-    **dict.fromkeys(("steps", "n_prompts", "lr", "critic_lr", "weight_decay", "max_grad_norm", "warmup_steps", "seed", "threads", "micro_batch_size", "logprob_path",
+    **dict.fromkeys(("steps", "n_prompts", "lr", "critic_lr", "weight_decay", "max_grad_norm", "warmup_steps", "lr_scheduler_type", "warmup_ratio", "seed", "threads", "micro_batch_size", "logprob_path",
                      "shard_rollouts", "batch_size", "warmup"), "optimisation"),
     **dict.fromkeys(("n_eval", "eval_every", "save_every", "out_dir", "resume", "overwrite", "accept_changed", "stop_at", "report_to", "progress",
                      "eval_n", "target_accuracy", "val_n"), "evaluation and logging"),
@@ -176,10 +176,13 @@ def _add_config_options(sec:dict, cls:str, hand:set):
         t = _option_type(f.annotation)
         if f.name in hand or t is None or f.default is dataclasses.MISSING: continue
         g, opt, hlp = sec[FIELD_GROUP.get(f.name, GROUPS[-1])], "--" + f.name.replace("_", "-"), f.help.replace("%", "%%")
-        if t is bool:
-            names = (("--no-" + f.name.replace("_", "-")) if f.default else opt,) + ALIASES.get(f.name, ())
-            g.add_argument(*names, dest=f.name, action="store_false" if f.default else "store_true", default=argparse.SUPPRESS,
-                           help=f"{f.name} = {not f.default}: {hlp}")
+        if t is bool:   # `--flag`, `--flag true|false|1|0` (TRL's spelling); a field that defaults to True also has `--no-flag`
+            flag = dict(dest=f.name, nargs="?", const=True, type=_bool, default=argparse.SUPPRESS, metavar="BOOL")
+            if f.default:
+                g.add_argument("--no-" + f.name.replace("_", "-"), *ALIASES.get(f.name, ()), dest=f.name, action="store_false",
+                               default=argparse.SUPPRESS, help=f"{f.name} = False: {hlp}")
+                g.add_argument(opt, **flag, help=f"{f.name} = BOOL (default True)")
+            else: g.add_argument(opt, *aliases.get(f.name, ()), **flag, help=f"{f.name} = True: {hlp} (default False)")
         else:
             choices = f.choices and (tuple(f.choices) + ((None,) if "None" in [x.strip() for x in f.annotation.split("|")] else ()))   # `none` parses to None
             g.add_argument(opt, *aliases.get(f.name, ()), dest=f.name, type=t, choices=choices, default=argparse.SUPPRESS,
@@ -218,11 +221,14 @@ def _train_parser(q):
     _task_args(sec["model and data"], model="required")
     _dataset_arg(sec["model and data"])
     _reward_option(sec["model and data"])
-    sec["algorithm"].add_argument("--algo", default="grpo", choices=PRESET_NAMES, help="algorithm preset (default grpo)")
+    sec["model and data"].add_argument("--reward-weights", dest="trlx_reward_weights", type=float, nargs="+", metavar="W", default=argparse.SUPPRESS,
+                                       help="TRL's reward_weights: one weight per --reward, in order (or --reward SPEC=W)")
+    sec["algorithm"].add_argument("--algo", default="grpo", choices=PRESET_NAMES, help="algorithm preset (default grpo; trl: GRPOConfig's defaults)")
     sec["algorithm"].add_argument("--set", type=_kv, action="append", metavar="KEY=VALUE", dest="algo_set",
                    help="override a field of the algorithm (rl_notes.trainer.Algo, or TRL's name for it), e.g. --set eps_high=0.2 --set dynamic_sampling=false")
     _trl_algo_options(sec["algorithm"])
     _add_config_options(sec, "TrainConfig", TRAIN_HAND)
+    _trl_other_options(q)
 
 def _sft_parser(q):
     sec = _sections(q)
@@ -245,13 +251,93 @@ def _json_value(s:str):
     except json.JSONDecodeError: return s
 
 def _trl_algo_options(q):
-    "An option per TRL name of an `Algo` field (--beta, --epsilon, ...), kept as `trl_<name>` for `get_algo`."
+    "An option per TRL name of an `Algo` field (--beta, --epsilon, ...) or of a default both share (--top-p 1.0), kept as `trl_<name>` for `get_algo`."
     from rl_notes.configs import TRL_NAMES  # light: the standard library only
+    flags = {f.name for f in dataclasses.fields(Algo) if f.type == "bool"} | {None}   # a bool field, or TRL's own switch (sync_ref_model)
     for trl, t in TRL_NAMES.items():
-        if t.cls != "Algo" or trl in config_fields("TrainConfig"): continue
+        if t.cls not in ("Algo", None) or trl in config_fields("TrainConfig"): continue
+        flag = t.cls == "Algo" and t.field in flags
         vals = f"; values: {', '.join(map(str, t.values))}" if t.values else ""
-        q.add_argument("--" + trl.replace("_", "-"), dest="trl_" + trl, type=_json_value, default=argparse.SUPPRESS, metavar=trl.upper(),
-                       help=f"TRL's {trl}: sets Algo.{t.field}{vals}{'; ' + t.note if t.note else ''}".replace("%", "%%"))
+        what = f"sets Algo.{t.field}" if t.field else "TRL's value only" if t.cls is None else "a switch"
+        q.add_argument("--" + trl.replace("_", "-"), dest="trl_" + trl, type=_bool if flag else _trl_value, nargs="?", const=True,
+                       default=argparse.SUPPRESS, metavar="BOOL" if flag else trl.upper(),
+                       help=f"TRL's {trl}: {what}{vals}{'; ' + t.note if t.note else ''}".replace("%", "%%"))
+
+def _spelled(argv:list[str]) -> list[str]:
+    "TRL's spelling of an option, `--num_generations` (as HfArgumentParser writes it), as `--num-generations`; values are left as written."
+    out = []
+    for x in argv:
+        k, eq, v = x.partition("=")
+        out.append(k.replace("_", "-") + eq + v if x.startswith("--") and "_" in k else x)
+    return out
+
+def _bool(s:str) -> bool:
+    "A boolean option's value as TRL's parser reads it: true / false in any case, 1 / 0, yes / no."
+    if s.lower() in ("true", "1", "yes"): return True
+    if s.lower() in ("false", "0", "no"): return False
+    raise argparse.ArgumentTypeError(f"expected true or false (or 1 / 0), got {s!r}")
+
+def _trl_value(s:str):
+    "A TRL option's value: True / False in any case as a bool, else as JSON when it parses (numbers, null), else the string."
+    return s.lower() == "true" if s.lower() in ("true", "false") else _json_value(s)
+
+_TRL_OWN = {  # GRPOConfig options the command line translates itself: name -> (argparse keywords, help)
+    "bf16": (dict(type=_bool, nargs="?", const=True, metavar="BOOL"), "TRL's bf16: --dtype bfloat16"),
+    "fp16": (dict(type=_bool, nargs="?", const=True, metavar="BOOL"), "TRL's fp16: --dtype float16 (with LoRA only)"),
+    "gradient_accumulation_steps": (dict(type=int, metavar="N"), "TRL's: micro-batches per optimizer step; with --per-device-train-batch-size "
+                                    "and the two below it sets the prompts per step and the updates per generation as GRPOConfig does"),
+    "steps_per_generation": (dict(type=int, metavar="N"), "TRL's: micro-batches per generation batch (default: gradient_accumulation_steps)"),
+    "generation_batch_size": (dict(type=int, metavar="N"), "TRL's: completions per generation batch, over all processes"),
+}
+
+def _trl_other_options(q):
+    "GRPOConfig's options without an rl_notes field: those the command line translates (`_TRL_OWN`), then `TRL_OTHER`'s, each kept as `trlx_<name>`."
+    from rl_notes.configs import TRL_OTHER  # light: the standard library only
+    g = q.add_argument_group("TRL's other options", "GRPOConfig's remaining options (rl_notes.configs.TRL_OTHER) are accepted with a line "
+                             "saying they change nothing, or refused with a line naming what to use")
+    for n, (kw, h) in _TRL_OWN.items(): g.add_argument("--" + n.replace("_", "-"), dest="trlx_" + n, default=argparse.SUPPRESS, help=h, **kw)
+    for n in TRL_OTHER: g.add_argument("--" + n.replace("_", "-"), dest="trlx_" + n, nargs="?", const=True, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+
+def _world() -> int:
+    "The number of processes of this run, as the launcher (`accelerate launch`, torchrun) sets it; 1 without one."
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+def _trl_train(a, W:int) -> tuple[dict, list[str]]:
+    "(TrainConfig settings from GRPOConfig's options the command line translates, the lines for those it ignores); a refused one is a UsageError."
+    from rl_notes.configs import TRL_OTHER, trl_batch  # light: the standard library only
+    given, kw, notes = {k[5:]: v for k, v in vars(a).items() if k.startswith("trlx_")}, {}, []
+    for k, v in given.items():
+        if k not in TRL_OTHER: continue
+        opt, off = "--" + k.replace("_", "-"), isinstance(v, str) and v.lower() in ("false", "none")   # switched off: nothing asked
+        if TRL_OTHER[k].kind == "refused" and not off: raise UsageError(f"{opt} (TRL's {k}): {TRL_OTHER[k].line}")
+        notes.append(f"rl_notes: {opt} {v}: nothing to turn off ({TRL_OTHER[k].line})" if TRL_OTHER[k].kind == "refused"
+                     else f"rl_notes: {opt} ignored: {TRL_OTHER[k].line}")
+    if given.get("bf16") and given.get("fp16"): raise UsageError("--bf16 and --fp16 exclude each other")
+    for k, d in (("bf16", "bfloat16"), ("fp16", "float16")):
+        if given.get(k):
+            if getattr(a, "dtype", d) != d: raise UsageError(f"--{k} asks for dtype {d} and --dtype for {a.dtype}: give one")
+            kw["dtype"] = d
+    if "reward_weights" in given:
+        if any(w is not None for _, w in a.reward or []): raise UsageError("give the reward weights once: --reward-weights W ... or --reward SPEC=W")
+        kw["reward_weights"] = given["reward_weights"]
+    batch = {k: given[k] for k in ("gradient_accumulation_steps", "steps_per_generation", "generation_batch_size") if k in given}
+    if batch:
+        if hasattr(a, "n_prompts"):
+            raise UsageError(f"--n-prompts sets the prompts per step, and --{next(iter(batch)).replace('_', '-')} derives them as TRL does: give one form")
+        try: b = trl_batch(getattr(a, "group_size", 8), getattr(a, "micro_batch_size", None) or 8, num_processes=W, num_iterations=getattr(a, "ppo_epochs", 1), **batch)
+        except ValueError as e: raise UsageError(str(e)) from None
+        if getattr(a, "n_minibatches", b["n_minibatches"]) != b["n_minibatches"]:
+            raise UsageError(f"--n-minibatches {a.n_minibatches} contradicts TRL's batch sizes, which give {b['n_minibatches']} optimizer steps per generation")
+        kw.update(n_prompts=b["n_prompts"], n_minibatches=b["n_minibatches"], micro_batch_size=b["micro_batch_size"])
+    return kw, notes
+
+def _batch_line(cfg:TrainConfig, W:int) -> str:
+    "One line: the completions, prompts, micro-batches and optimizer updates of each step of the run `cfg` on `W` processes."
+    n, G, m, E = cfg.n_prompts, cfg.group_size, cfg.n_minibatches, cfg.ppo_epochs
+    rows = n * G // W // m                                           # completions per process per optimizer update
+    micro = cfg.micro_batch_size if cfg.micro_batch_size and cfg.micro_batch_size < rows else rows
+    return (f"rl_notes: each step samples {n * G} completions ({n} prompts x {G}) on {W} process(es); an optimizer update takes {rows} "
+            f"per process in micro-batches of {micro}; {m * E} update(s) per generation ({m} minibatch(es) x {E} pass(es))")
 
 def _trl_set(a) -> dict:
     "The algorithm settings the TRL-named options gave, by TRL's names (`get_algo` translates them)."
@@ -362,11 +448,19 @@ def _train(a) -> int:
     from rl_notes.trainer import train  # heavy: torch and transformers
     from accelerate import Accelerator  # heavy: loads torch.distributed
     _scored(a.dataset, a.reward, a.task)
+    W = _world()
+    trl, notes = a.trl if hasattr(a, "trl") else _trl_train(a, W)
     rewards = a.reward or []                                   # (spec, weight or None); an unweighted function weighs 1
-    cfg = TrainConfig(model=a.model, algo=get_algo(a.algo, **{**_trl_set(a), **dict(a.algo_set or [])}), task=a.task or "addition", task_kw=_task_kw(a.task_arg),
-                      dataset=a.dataset, reward=[s for s, _ in rewards] or None,
-                      reward_weights=[1.0 if w is None else w for _, w in rewards] if any(w is not None for _, w in rewards) else None,
-                      **_given(a, "TrainConfig", TRAIN_HAND))
+    weights = [1.0 if w is None else w for _, w in rewards] if any(w is not None for _, w in rewards) else None
+    given = {**_given(a, "TrainConfig", TRAIN_HAND), **trl}
+    if a.algo == "trl": given = {**TRL_TRAIN, **given}       # GRPOConfig's learning rate, completion length and schedule
+    with warnings.catch_warnings(record=True) as caught:       # TRL's names that act only together (`from_trl`): one line each
+        warnings.simplefilter("always")
+        cfg = TrainConfig(model=a.model, algo=get_algo(a.algo, **{**_trl_set(a), **dict(a.algo_set or [])}), task=a.task or "addition",
+                          task_kw=_task_kw(a.task_arg), dataset=a.dataset, reward=[s for s, _ in rewards] or None,
+                          reward_weights=given.pop("reward_weights", weights), **given)
+    if int(os.environ.get("RANK", "0")) == 0:
+        for line in notes + [f"rl_notes: {w.message}" for w in caught] + [_batch_line(cfg, W)]: print(line)
     acc = Accelerator()
     rows = train(cfg, acc)
     acc.wait_for_everyone()
@@ -387,6 +481,7 @@ def _run(a) -> int:
         if a.sft is not None and not os.path.isdir(a.sft): raise FileNotFoundError(f"--sft {a.sft!r}: no such directory")
         print(demo(a.out, a.cache_dir, quick=a.quick, threads=a.threads, progress=not a.quiet, sft=a.sft)); return 0
     if a.cmd == "eval": return _eval(a)
+    if a.cmd == "train": a.trl = _trl_train(a, _world())   # TRL's options: a refused one stops here, before any heavy import
     from rl_notes.tasks import get_task  # heavy: datasets and torch
     task = get_task(a.task or "addition", **_task_kw(a.task_arg))   # unknown task / bad options fail here, before any model work
     _check_model_arg(getattr(a, "model", None))
@@ -413,7 +508,7 @@ def main(argv:list[str]|None=None) -> int:
         if _command(argv) == "doctor":
             from rl_notes.doctor import main as doctor  # the doctor reads logs: no torch, but it has its own options
             return doctor(argv[argv.index("doctor") + 1:])
-        a = _parser(_command(argv)).parse_args(argv)
+        a = _parser(_command(argv)).parse_args(_spelled(argv))
         return _run(a)
     except UsageError as e:
         print(f"rl_notes: error: {e}", file=sys.stderr)

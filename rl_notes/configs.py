@@ -4,10 +4,11 @@
 
 # %% ../nbs/20_configs.ipynb #b16fe79d
 from __future__ import annotations
-import re, math, types, typing, functools, dataclasses
+import re, math, types, typing, warnings, functools, dataclasses
 
 # %% auto #0
-__all__ = ['TRL_NAMES', 'ConfigError', 'validate_config', 'TrlName', 'from_trl']
+__all__ = ['TRL_NAMES', 'TRL_LOSSES', 'TRL_OTHER', 'ConfigError', 'validate_config', 'TrlName', 'from_trl', 'TrlOther',
+           'trl_batch']
 
 # %% ../nbs/20_configs.ipynb #4b04b03e
 class ConfigError(ValueError):
@@ -124,19 +125,22 @@ TRL_NAMES = {  # GRPOConfig name -> `TrlName`
     "temperature": TrlName("TrainConfig", "temperature"),
     "max_grad_norm": TrlName("TrainConfig", "max_grad_norm"),
     "weight_decay": TrlName("TrainConfig", "weight_decay"),
-    "warmup_steps": TrlName("TrainConfig", "warmup_steps", note="linear warm-up; after it the rate stays constant (TRL decays it linearly)"),
+    "warmup_steps": TrlName("TrainConfig", "warmup_steps", note="linear warm-up; then the rate follows lr_scheduler_type (rl_notes' default constant, TRL's linear)"),
     "seed": TrlName("TrainConfig", "seed"),
     "reward_weights": TrlName("TrainConfig", "reward_weights"),
     "gradient_checkpointing": TrlName("TrainConfig", "gradient_checkpointing"),
+    "activation_checkpointing": TrlName("TrainConfig", "gradient_checkpointing", note="transformers 5's name of gradient_checkpointing"),
     "report_to": TrlName("TrainConfig", "report_to"),
     "beta": TrlName("Algo", "beta", note="TRL's default is 0.0; the `grpo` preset keeps DeepSeekMath's 0.04"),
     "epsilon": TrlName("Algo", "eps_low", note="also sets eps_high unless epsilon_high (or eps_high) is given, as in TRL"),
     "epsilon_high": TrlName("Algo", "eps_high"),
     "loss_type": TrlName("Algo", "agg", {"grpo": "seq-mean-token-mean", "dapo": "token-mean", "bnpo": "token-mean",
-                                         "dr_grpo": "seq-mean-token-sum-norm"},
-                         note="the aggregation of the per-token loss; bnpo: over all processes' tokens; for cispo use the `cispo` preset"),
+                                         "dr_grpo": "seq-mean-token-sum-norm", "luspo": "seq-mean-token-sum", "sapo": "seq-mean-token-mean",
+                                         "vespo": "token-mean"},
+                         note="the aggregation of the per-token loss; bnpo: over all processes' tokens; sapo and vespo also set Algo.loss "
+                              "(`TRL_LOSSES`); for cispo use the `cispo` preset"),
     "scale_rewards": TrlName("Algo", "adv", {"group": "group", True: "group", "none": "group-mean-only", False: "group-mean-only",
-                                             "batch": "reinforce_pp"}, note="the advantage estimator; batch: REINFORCE++'s global-batch normalisation"),
+                                             "batch": "group-batch"}, note="the advantage estimator; batch: the group mean subtracted, divided by the std of the batch's rewards"),
     "mask_truncated_completions": TrlName("Algo", "overlong_filter"),
     "top_entropy_quantile": TrlName("Algo", "top_entropy_quantile"),
     "top_p": TrlName(None, None, {1.0: None}, note="rl_notes samples at `temperature` with top_p = 1"),
@@ -146,10 +150,18 @@ TRL_NAMES = {  # GRPOConfig name -> `TrlName`
     "vllm_importance_sampling_clip_max": TrlName("Algo", "tis_c_max", note="TRL's default 3.0, rl_notes' 2.0"),
     "vllm_importance_sampling_clip_min": TrlName("Algo", "tis_c_min"),
     "off_policy_mask_threshold": TrlName("Algo", "opsm_delta", note="DeepSeek-V3.2's off-policy sequence mask"),
-    "ref_model_sync_steps": TrlName("Algo", "ref_reset_every", note="TRL syncs only with sync_ref_model=True (then every 512 steps by default); "
-                                    "rl_notes whenever ref_reset_every > 0"),
-    "ref_model_mixup_alpha": TrlName("Algo", "ref_mixup_alpha", note="TRL's default 0.6, rl_notes' 1.0 (a copy, as ProRL)"),
+    "sync_ref_model": TrlName("Algo", None, note="TRL's switch: with it ref_model_sync_steps (default 512) and ref_model_mixup_alpha (default 0.6) act"),
+    "ref_model_sync_steps": TrlName("Algo", "ref_reset_every", note="acts only with sync_ref_model, as in TRL; rl_notes' own name ref_reset_every acts alone"),
+    "ref_model_mixup_alpha": TrlName("Algo", "ref_mixup_alpha", note="acts only with sync_ref_model; TRL's default 0.6, rl_notes' 1.0 (a copy, as ProRL)"),
+    "delta": TrlName("Algo", "dual_clip", note="TRL's two-sided clip caps the unclipped ratio at delta: the dual clip's loss and gradient when delta > 1 + epsilon_high"),
+    "importance_sampling_level": TrlName("Algo", "loss", {"token": None, "sequence": "gspo"},
+                                         note="sequence: one ratio per response, the mean of its token log-ratios (the `gspo` loss) with the preset's clip"),
+    "multi_objective_aggregation": TrlName(None, None, {"sum_then_normalize": None}, note="rl_notes sums the weighted rewards, then normalises (TRL's default)"),
+    "entropy_coef": TrlName(None, None, {0.0: None, 0: None}, note="rl_notes has no entropy bonus; --top-entropy-quantile keeps the gradient on high-entropy tokens"),
+    "use_adaptive_entropy": TrlName(None, None, {False: None}, note="rl_notes has no entropy bonus"),
+    **{n: TrlName("Algo", n) for n in ("sapo_temperature_pos", "sapo_temperature_neg", "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")},
 }
+TRL_LOSSES = {"sapo": "sapo", "vespo": "vespo"}  # TRL's loss_type values that are a loss of their own (`rl_notes.algo.POLICY_LOSSES`) besides an aggregation
 
 def from_trl(cls:str,  # "TrainConfig" or "Algo": the config `d` is for
              fields:list[str],  # its field names
@@ -157,7 +169,11 @@ def from_trl(cls:str,  # "TrainConfig" or "Algo": the config `d` is for
             ) -> dict:
     "`d` with TRL's names replaced by the fields they set (values translated); an unknown name is a ConfigError listing the valid ones."
     out, bad = {}, []
+    d = _sync_ref(d) if cls == "Algo" else d
     for k, v in d.items():
+        if k not in fields and k in TRL_OTHER:   # an option rl_notes does without (a warning) or refuses (naming what to use)
+            if TRL_OTHER[k].kind == "refused": raise ConfigError(f"{k} (TRL's name): {TRL_OTHER[k].line}")
+            warnings.warn(f"{k} (TRL's name) ignored: {TRL_OTHER[k].line}"); continue
         t = None if k in fields else TRL_NAMES.get(k)
         if t is None:
             if k in fields: out[k] = v
@@ -165,11 +181,123 @@ def from_trl(cls:str,  # "TrainConfig" or "Algo": the config `d` is for
             continue
         if t.cls not in (cls, None): bad.append(k); continue
         if t.values is not None and v not in t.values:
-            raise ConfigError(f"{k}={v!r} (TRL's name) has no rl_notes equivalent; accepted: {', '.join(map(repr, t.values))}")
-        if t.cls is None: continue                                      # a default both share: nothing to set
+            raise ConfigError(f"{k}={v!r} (TRL's name) has no rl_notes equivalent; accepted: {', '.join(map(repr, t.values))}"
+                              + (f" ({t.note})" if t.note else ""))
+        if t.cls is None or (t.values is not None and t.values[v] is None): continue   # a default both share: nothing to set
         out[t.field] = v if t.values is None else t.values[v]
         if k == "epsilon" and "epsilon_high" not in d and "eps_high" not in d: out["eps_high"] = v   # TRL: epsilon_high defaults to epsilon
+        if k == "loss_type" and v in TRL_LOSSES: out["loss"] = TRL_LOSSES[v]                       # TRL's loss_type picks the loss too
     if bad:
         trl = [n for n, t in TRL_NAMES.items() if t.cls in (cls, None)]
         raise ConfigError(f"unknown {cls} field(s) {sorted(bad)}; valid: {', '.join(fields)}; also TRL's names: {', '.join(trl)}")
     return out
+
+# %% ../nbs/20_configs.ipynb #b49cac90
+class TrlOther(typing.NamedTuple):
+    "One of GRPOConfig's options that has no rl_notes field: what rl_notes does with it."
+    kind: str  # "ignored": accepted, changes nothing; "refused": an error
+    line: str  # why, and the nearest rl_notes setting
+
+def _each(names:str, kind:str, line:str) -> dict: return {n: TrlOther(kind, line) for n in names.split()}
+
+_NO_VLLM = "rl_notes samples with its own sampler (the policy, or a copy: --sampler-dtype, --sampler-lag), not vLLM"
+TRL_OTHER = {  # GRPOConfig name -> `TrlOther`
+    **_each("logging_steps logging_strategy logging_first_step logging_nan_inf_filter log_on_each_node log_level log_level_replica "
+            "include_num_input_tokens_seen skip_memory_metrics debug", "ignored",
+            "rl_notes writes one metric row every RL step to metrics.jsonl (and to --report-to)"),
+    **_each("log_completions log_multimodal num_completions_to_print log_unique_prompts", "ignored", "rl_notes logs metrics, not completions"),
+    **_each("run_name project trackio_space_id trackio_bucket_id trackio_static_space_id", "ignored", "a run is named by its --output-dir"),
+    **_each("do_train do_eval do_predict eval_on_start prediction_loss_only eval_do_concat_batches eval_use_gather_object "
+            "eval_accumulation_steps include_for_metrics batch_eval_metrics per_device_eval_batch_size bf16_full_eval fp16_full_eval", "ignored",
+            "rl_notes evaluates greedily on --n-eval held-out prompts at step 0, every --eval-steps and at the end"),
+    **_each("metric_for_best_model greater_is_better load_best_model_at_end", "refused",
+            "rl_notes keeps the last model (out_dir/model); choose a step by the held-out rows of metrics.jsonl"),
+    "num_generations_eval": TrlOther("refused", "held-out evaluation decodes one greedy completion per prompt (--n-eval prompts)"),
+    **_each("eval_strategy eval_delay", "refused", "use --eval-steps N (every N steps; 0: only step 0) or --n-eval 0 (none)"),
+    **_each("save_strategy", "refused", "use --save-steps N (every N steps; 0: only at the end)"),
+    **_each("save_total_limit save_only_model save_on_each_node enable_jit_checkpoint", "ignored",
+            "rl_notes keeps one checkpoint, out_dir/ckpt (replaced atomically, Ctrl-C writes one), and the model alone in out_dir/model"),
+    **_each("push_to_hub hub_token hub_private_repo hub_model_id hub_strategy hub_always_push hub_revision log_completions_hub_repo", "refused",
+            "rl_notes uploads nothing: push out_dir/model with huggingface_hub's upload_folder"),
+    **_each("ignore_data_skip restore_callback_states_from_checkpoint", "ignored", "a resumed run draws the same prompts: each step's are a function of (seed, step)"),
+    "resume_from_checkpoint": TrlOther("refused", "use --resume: it continues from out_dir/ckpt"),
+    "full_determinism": TrlOther("ignored", "every draw is seeded by (seed, step); torch's deterministic algorithms are left as they are"),
+    "data_seed": TrlOther("refused", "one --seed draws the prompts and the samples"),
+    "use_cpu": TrlOther("refused", "the run goes where accelerate puts it: CUDA_VISIBLE_DEVICES= hides the GPUs"),
+    **_each("accelerator_config parallelism_config fsdp fsdp_config deepspeed ddp_find_unused_parameters ddp_bucket_cap_mb "
+            "ddp_broadcast_buffers ddp_static_graph ddp_backend ddp_timeout", "refused",
+            "data parallel comes from `accelerate launch` and its config; rl_notes has no FSDP or DeepSpeed path"),
+    **_each("local_rank ds3_gather_for_generation", "ignored", "set by the launcher; accelerate reads the process's rank itself"),
+    **_each("dataloader_drop_last dataloader_num_workers dataloader_pin_memory dataloader_persistent_workers dataloader_prefetch_factor "
+            "dataloader_multiprocessing_context dataloader_in_order pad_to_multiple_of remove_unused_columns label_names length_column_name",
+            "ignored", "rl_notes holds the prompts in memory (no DataLoader) and passes every dataset column to the reward functions"),
+    **_each("train_sampling_strategy shuffle_dataset", "refused", "rl_notes draws each step's prompts at random by (seed, step), with no ordered pass"),
+    "num_train_epochs": TrlOther("refused", "rl_notes counts RL steps: --max-steps N (--steps)"),
+    "lr_scheduler_kwargs": TrlOther("refused", "--lr-scheduler-type takes constant, linear or cosine, without arguments"),
+    **_each("optim optim_args optim_target_modules", "refused", "rl_notes trains with torch's AdamW (--learning-rate, --weight-decay)"),
+    **_each("adam_beta1 adam_beta2 adam_epsilon", "refused", "AdamW keeps torch's defaults (0.9, 0.999, 1e-8), which are TRL's too"),
+    "average_tokens_across_devices": TrlOther("ignored", "a token-mean loss divides by the token count over all processes already"),
+    "label_smoothing_factor": TrlOther("refused", "no label smoothing in a policy-gradient loss"),
+    "tf32": TrlOther("ignored", "rl_notes leaves torch's matmul precision as it is"),
+    "disable_tqdm": TrlOther("refused", "use --quiet (TrainConfig.progress=False)"),
+    **_each("gradient_checkpointing_kwargs activation_checkpointing_kwargs", "refused",
+            "use --gradient-checkpointing (transformers' defaults)"),
+    **_each("torch_compile torch_compile_backend torch_compile_mode", "refused", "rl_notes does not compile the model"),
+    **_each("use_liger_kernel liger_kernel_config cast_lm_head_to_fp32", "refused",
+            "--logprob-path hidden computes log-probs from the hidden states in tiles, without the (B, T, V) logits"),
+    **_each("use_cache torch_empty_cache_steps", "ignored", "generation uses the KV cache; training does not"),
+    "neftune_noise_alpha": TrlOther("refused", "no embedding noise in rl_notes"),
+    "auto_find_batch_size": TrlOther("refused", "TRL refuses it for GRPO too; set --per-device-train-batch-size"),
+    **_each("model_init_kwargs trust_remote_code", "refused", "--dtype sets the dtype; rl_notes loads transformers' own architectures only"),
+    "router_aux_loss_coef": TrlOther("refused", "rl_notes adds no mixture-of-experts router loss"),
+    "disable_dropout": TrlOther("ignored", "rl_notes keeps the model's dropout settings (Llama and Qwen checkpoints have none)"),
+    **_each("min_p repetition_penalty generation_kwargs cache_implementation", "refused",
+            "rl_notes samples at --temperature from the full distribution (top_p 1, top_k 0)"),
+    "chat_template_kwargs": TrlOther("refused", "prompts are rendered by the tokenizer's chat template with its defaults"),
+    **_each("use_vllm vllm_mode vllm_model_impl vllm_enable_sleep_mode vllm_structured_outputs_regex vllm_server_base_url vllm_server_host "
+            "vllm_server_port vllm_server_timeout vllm_group_port vllm_gpu_memory_utilization vllm_max_model_length vllm_tensor_parallel_size "
+            "use_transformers_continuous_batching transformers_continuous_batching_config use_transformers_paged", "refused", _NO_VLLM),
+    "vllm_importance_sampling_correction": TrlOther("ignored", "rl_notes corrects whenever --vllm-importance-sampling-mode is given, against its own sampler"),
+    "vllm_importance_sampling_cap": TrlOther("refused", "use --vllm-importance-sampling-clip-max"),
+    **_each("entropy_coef_min entropy_coef_max entropy_coef_delta entropy_target", "refused", "rl_notes has no entropy bonus"),
+    "max_tool_calling_iterations": TrlOther("refused", "rl_notes samples one completion per call, without tools"),
+    "use_bias_correction_kl": TrlOther("ignored", "rl_notes' KL term has no importance-ratio factor; with beta 0, TRL's default, there is no KL term"),
+    "max_prompt_length": TrlOther("refused", "TRL 1.16 has no such option and truncates no prompt; rl_notes refuses a prompt that leaves no room "
+                                  "for --max-completion-length within the model's positions"),
+}
+
+def _sync_ref(d:dict) -> dict:
+    "TRL's reference sync: ref_model_sync_steps / ref_model_mixup_alpha act only with sync_ref_model=True (then with TRL's defaults 512 / 0.6)."
+    trl = ("sync_ref_model", "ref_model_sync_steps", "ref_model_mixup_alpha")
+    if not any(k in d for k in trl): return d
+    out = {k: v for k, v in d.items() if k not in trl}
+    if d.get("sync_ref_model"):
+        return {**out, "ref_model_sync_steps": d.get("ref_model_sync_steps", 512), "ref_model_mixup_alpha": d.get("ref_model_mixup_alpha", 0.6)}
+    if any(k in d for k in trl[1:]):
+        warnings.warn("ref_model_sync_steps / ref_model_mixup_alpha (TRL's names) ignored: they act only with sync_ref_model=True, as in TRL "
+                      "(rl_notes' own ref_reset_every acts alone)")
+    return out
+
+# %% ../nbs/20_configs.ipynb #9dad985a
+def trl_batch(num_generations:int=8,  # G (TRL's default 8)
+              per_device_train_batch_size:int=8,  # completions per process per forward/backward (TRL's default 8)
+              gradient_accumulation_steps:int=1,  # micro-batches per optimizer step
+              steps_per_generation:int|None=None,  # micro-batches per generation batch; None: gradient_accumulation_steps
+              generation_batch_size:int|None=None,  # completions sampled at once, over all processes; excludes steps_per_generation
+              num_processes:int=1,  # the data-parallel world size
+              num_iterations:int=1,  # passes over each generation batch (rl_notes' ppo_epochs)
+             ) -> dict:
+    "GRPOConfig's batch arithmetic in rl_notes' fields: n_prompts, n_minibatches, micro_batch_size (and the completions and updates per generation)."
+    P, W, A, G = per_device_train_batch_size, num_processes, gradient_accumulation_steps, num_generations
+    if generation_batch_size is not None and steps_per_generation is not None:
+        raise ConfigError("generation_batch_size and steps_per_generation exclude each other (as in TRL): give one")
+    if generation_batch_size is None: S = steps_per_generation or A; gen = P * W * S
+    else:
+        if generation_batch_size % (P * W):
+            raise ConfigError(f"generation_batch_size ({generation_batch_size}) must be a multiple of per_device_train_batch_size x processes ({P} x {W})")
+        gen, S = generation_batch_size, generation_batch_size // (P * W)
+    if gen % G: raise ConfigError(f"the generation batch ({gen} completions) must be a multiple of num_generations ({G}): whole groups")
+    if S % A: raise ConfigError(f"steps_per_generation ({S}) must be a multiple of gradient_accumulation_steps ({A}): "
+                                "an rl_notes optimizer step never spans two generation batches")
+    return dict(n_prompts=gen // G, n_minibatches=S // A, micro_batch_size=P, ppo_epochs=num_iterations,
+                completions=gen, updates=S // A * num_iterations)

@@ -374,6 +374,14 @@ def _await(aw):
     except RuntimeError: return asyncio.run(run())
     with concurrent.futures.ThreadPoolExecutor(1) as ex: return ex.submit(asyncio.run, run()).result()
 
+def _format_hint(prompts:list, e:BaseException) -> str:
+    "A hint when a reward function fails the way one written for the other prompt format does (TRL passes a str per completion, or a message list)."
+    if not prompts or not isinstance(e, (TypeError, KeyError, IndexError, AttributeError)): return ""
+    if isinstance(prompts[0], str):
+        return ("; the prompts are strings, so each completion is a str: indexing it as c[0]['content'] needs a `prompt` column of chat "
+                "messages ([{'role': 'user', 'content': ...}])")
+    return "; the prompts are chat messages, so each completion is [{'role': 'assistant', 'content': ...}]: its text is c[0]['content']"
+
 def _call(kind:str, name:str, fn, prompts:list, completions:list, columns:dict, group_size:int=1) -> list:
     "Call one function with TRL's keyword arguments (deep copies); its result as a list of B items."
     B = len(prompts)
@@ -384,7 +392,7 @@ def _call(kind:str, name:str, fn, prompts:list, completions:list, columns:dict, 
         j = _failing_item(fn, prompts, completions, columns) if B > 1 else 0
         at = "" if j is None else f"; it fails on completion {j} (row {j // group_size}, prompt {_preview(prompts[j])})"
         raise RewardFunctionError(f"{kind} `{name}` {_raised(e)} (called on a batch of "
-                                  f"{B} completions with columns {list(columns)}){at}") from e
+                                  f"{B} completions with columns {list(columns)}){at}{_format_hint(prompts, e)}") from e
     if isinstance(out, (list, tuple)): out = list(out)
     elif getattr(out, "ndim", None) == 1 and hasattr(out, "tolist"): out = out.tolist()  # a 1-D numpy array or tensor
     else: raise RewardFunctionError(f"{kind} `{name}` returned {_describe(out)}; expected a list of {B} values, one per completion")

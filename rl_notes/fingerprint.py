@@ -51,7 +51,7 @@ def _row(r:dict) -> dict:
     "A row without its timings (keys `time*` and `*seconds`, at any depth): the only entries that differ between two identical runs."
     return {k: _row(v) if isinstance(v, dict) else v for k, v in r.items() if not (k.startswith("time") or k.endswith("seconds"))}
 
-ADDED_METRICS = re.compile(r"^(reward_std|frac_reward_zero_std|micro_batches|rewards/.+/(mean|std))$")  # metrics added after the rows were fixed
+ADDED_METRICS = re.compile(r"^(reward_std|frac_reward_zero_std|micro_batches|rewards/.+/(mean|std)|completions/(mean_length|clipped_ratio)|clip_ratio/.+|kl)$")  # metrics added after the rows were fixed
 RENAMED_METRICS = {"frac_reward_ge1": "acc", "heldout_reward": "heldout_acc", "heldout_sample_reward": "heldout_sample_acc"}  # today's name -> the fixed one
 
 def _as_fixed(r:dict) -> dict:
@@ -88,11 +88,14 @@ def micro_reward_model(policy_dir:str|Path, out:str|Path) -> Path:
 
 # %% ../nbs/36_fingerprint.ipynb #12c55e50
 _OFF_PRESETS = ("ppo_rlhf", "grpo_tis", "grpo_icepop")   # the presets added with the off-policy fields: micro runs of their own kind
+# presets added later whose every field a micro run already sets (`trl`: grpo's estimator with dapo's token mean and beta 0, as the
+# runs dynamic_sampling and top_entropy set it); a micro run of its own would change the rl key
+_LATE_PRESETS = ("trl",)
 
 RL_RUNS = {  # name -> (task (a `TASK_KW` key), algo, TrainConfig fields): every preset, then every flag the experiments set
     **{p: ("add1", get_algo(p, **({"cache_len": 2} if PRESETS[p].get("soft_overlong") else {}),
                          **({"value_pretrain_steps": 2} if PRESETS[p].get("value_pretrain_steps") else {})), {}) for p in PRESETS
-       if p not in _OFF_PRESETS},
+       if p not in _OFF_PRESETS + _LATE_PRESETS},
     "dual_clip": ("add1", get_algo("grpo", dual_clip=2.0, eps_low=0.1), {}),
     "kl_k1": ("add1", get_algo("grpo", kl="k1", beta=0.1), {}),
     "kl_k2": ("add1", get_algo("grpo", kl="k2", beta=0.1), {}),
@@ -255,6 +258,12 @@ NOT_BEHAVIOUR = {  # fields no micro run needs to set, and why
     "shard_rollouts": "differs from the default only with several processes; the micro runs use one",
     "model": "the micro runs' own checkpoint; a run's starting model is part of its config (its path changes with its SFT key)",
     "logprob_path": "on a CPU, where the micro runs train, 'auto' is the logits path; the hidden-state path is checked against it (1e-5) in 00_core and 25_rollout",
+    "lr_scheduler_type": "the learning rate's factor per step (`rl_notes.trainer.lr_factor`), checked against transformers' schedules in 33_trainer; "
+                         "a micro run setting it would change the rl key",
+    "warmup_ratio": "sets warmup_steps from steps (rounded up), checked in 33_trainer; the micro run `optimiser` sets warmup_steps",
+    **{f: "a parameter of the sapo / vespo loss (TRL's), checked against TRL's own `_compute_loss` on the same tensors in tests/test_trl_day2.py; "
+          "a micro run of those losses would change the rl key"
+       for f in ("sapo_temperature_pos", "sapo_temperature_neg", "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")},
 }
 UNCOVERED_TASKS = {"math": "needs a local data file (`data_files`) and a chat template the micro tokenizer lacks"}
 
@@ -273,7 +282,7 @@ def coverage(runs:dict|None=None,  # name -> (task, algo, TrainConfig fields); d
     uncovered = {f: NOT_BEHAVIOUR.get(f.split(".")[1], "no micro run sets it") for f in fields if f not in hit}
     tasks = {TASK_KW[t][0] for t, _, _ in runs.values()}
     return {"fields": len(fields), "covered": len(fields) - len(uncovered), "uncovered": uncovered,
-            "presets_missing": sorted(set(PRESETS) - set(runs)),
+            "presets_missing": sorted(set(PRESETS) - set(runs) - set(_LATE_PRESETS)),
             "tasks_missing": {t: UNCOVERED_TASKS.get(t, "no micro run uses it") for t in sorted(set(TASKS) - tasks)}}
 
 # %% ../nbs/36_fingerprint.ipynb #05404c5a

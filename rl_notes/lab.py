@@ -34,7 +34,7 @@ def _lab_key(cfg:TrainConfig, code:str) -> str:
     late = lambda k, where: k in OFFPOLICY_FIELDS[where] and (f"algo.{k}" if where == "Algo" else k) not in off
     ident = {k: v for k, v in d.items() if k not in RUN_CONTROL and not (k == "critic_init" and v is None) and not late(k, "TrainConfig")
              and not (k in KEY_LATE and v == KEY_LATE[k])}
-    ident["algo"] = {k: v for k, v in ident["algo"].items() if not late(k, "Algo")}
+    ident["algo"] = {k: v for k, v in ident["algo"].items() if not late(k, "Algo") and not (f"algo.{k}" in KEY_LATE and v == KEY_LATE[f"algo.{k}"])}
     if (user := content_fingerprints(cfg, model=False)): ident["content"] = user   # a dataset's or reward file's content; none for built-in tasks
     return hashlib.sha256(json.dumps([ident, {"code": code}], sort_keys=True, default=str).encode()).hexdigest()[:16]
 

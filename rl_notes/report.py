@@ -4,7 +4,7 @@
 
 # %% ../nbs/31_report.ipynb #b3b87226
 from __future__ import annotations
-import os, json, math, copy, shutil, warnings
+import os, re, json, math, copy, shutil, warnings
 from pathlib import Path
 import torch
 from .models import _quiet_hf
@@ -110,6 +110,10 @@ def final_metrics(rows:list[dict]) -> dict:
             out.update({k: v for k, v in r.items() if isinstance(v, (int, float)) and not isinstance(v, bool) and not k.startswith("time")})
     return out
 
+def _base_model(model) -> str|None:
+    "The hub id a run started from (`base_model` of a model card, which the hub links), or None for a local directory."
+    return model if isinstance(model, str) and re.fullmatch(r"[\w.-]+/[\w.-]+", model) and not os.path.isdir(model) else None
+
 def model_card(cfg:TrainConfig, rows:list[dict], step:int) -> str:
     "The README.md of an exported model: base model, algorithm, data, rewards, final metrics and the full config."
     d, adapter = cfg.to_dict(), bool(cfg.lora_r) and cfg.save_adapter
@@ -119,7 +123,8 @@ def model_card(cfg:TrainConfig, rows:list[dict], step:int) -> str:
     weights = ("a LoRA adapter (peft) on the base model" if adapter else
                f"full weights (LoRA r={cfg.lora_r} merged)" if cfg.lora_r else "full weights")
     metrics = "\n".join(f"| {k} | {v:.4g} |" for k, v in sorted(final_metrics(rows).items()) if k != "step")
-    return "\n".join(["---", f"library_name: {'peft' if adapter else 'transformers'}", f"tags: [rl_notes, reinforcement-learning, {cfg.algo.name}]",
+    base = [f"base_model: {b}"] if (b := _base_model(cfg.model)) else []
+    return "\n".join(["---", *base, f"library_name: {'peft' if adapter else 'transformers'}", f"tags: [rl_notes, reinforcement-learning, {cfg.algo.name}]",
                       "---", "", f"# {Path(cfg.out_dir).resolve().name}", "",
                       f"A causal LM trained with rl_notes: {cfg.algo.name} for {step} steps from `{cfg.model}`; {weights}.", "",
                       f"- data: {data}", f"- rewards: {rewards}",

@@ -4,16 +4,17 @@
 
 # %% ../nbs/21_trainconfig.ipynb #98a302f4
 from __future__ import annotations
-import os, warnings, dataclasses, functools, importlib.util
+import os, math, warnings, dataclasses, functools, importlib.util
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 from typing import Literal
-from .configs import validate_config, from_trl, TRL_NAMES
+from .configs import validate_config, from_trl, TRL_NAMES, ConfigError
 
 # %% auto #0
-__all__ = ['PRESETS', 'RUN_CONTROL', 'KEY_LATE', 'CHARS', 'OFFPOLICY_FIELDS', 'LAB_DEFAULTS', 'REAL_MODEL_PARAMS', 'PATH_FIELDS',
-           'Algo', 'get_algo', 'TrainConfig', 'trl_config', 'SFTConfig', 'reward_spec', 'offpolicy_settings',
-           'sampler_differs', 'dir_problem', 'content_changes', 'paths_read']
+__all__ = ['PRESETS', 'TRL_TRAIN', 'RUN_CONTROL', 'KEY_LATE', 'CHARS', 'OFFPOLICY_FIELDS', 'LAB_DEFAULTS', 'REAL_MODEL_PARAMS',
+           'PATH_FIELDS', 'Algo', 'get_algo', 'late_absent', 'TrainConfig', 'trl_config', 'SFTConfig', 'reward_spec',
+           'lr_factor', 'eval_due', 'offpolicy_settings', 'sampler_differs', 'dir_problem', 'content_changes',
+           'paths_read']
 
 # %% ../nbs/21_trainconfig.ipynb #2efb1170
 def _f(default, **rules):
@@ -86,6 +87,12 @@ class Algo:
     kl_horizon: float = _f(10000.0, gt=0)  # H of the adaptive rule: a step of n responses moves beta by at most a factor 1 +- 0.2 n / H
     ref_reset_every: int = _f(0, ge=0)  # every N RL steps move the reference to the policy (ProRL's reset; TRL's ref_model_sync_steps); 0: never
     ref_mixup_alpha: float = _f(1.0, gt=0, le=1)  # the move: ref <- alpha * policy + (1 - alpha) * ref; 1: a copy
+    sapo_temperature_pos: float = _f(1.0, gt=0)  # SAPO (loss="sapo"): the gate's temperature where A > 0 (TRL's name and default)
+    sapo_temperature_neg: float = _f(1.05, gt=0)  # SAPO: where A <= 0
+    vespo_k_pos: float = _f(2.0, ge=0)  # VESPO (loss="vespo"): k of the weight e^lam w^k e^(-lam w) where A >= 0 (TRL's name and default)
+    vespo_lambda_pos: float = _f(3.0, gt=0)  # VESPO: lambda where A >= 0
+    vespo_k_neg: float = _f(3.0, ge=0)  # VESPO: k where A < 0
+    vespo_lambda_neg: float = _f(2.0, gt=0)  # VESPO: lambda where A < 0
 
     def __post_init__(self):
         validate_config(self)
@@ -137,16 +144,37 @@ PRESETS = {
     "grpo_tis": dict(adv="group", agg="seq-mean-token-mean", beta=0.04, kl="k3", tis="token_truncate", tis_c_max=2.0),
     # GRPO with IcePop's two-sided token mask (Ling team 2025): tokens whose pi_old / mu leaves [0.5, 5] get no gradient
     "grpo_icepop": dict(adv="group", agg="seq-mean-token-mean", beta=0.04, kl="k3", rs="token", rs_low=0.5, rs_high=5.0),
+    # TRL 1.16's GRPOConfig() defaults: scale_rewards="group", loss_type="dapo" (a token mean over the batch), epsilon 0.2,
+    # importance_sampling_level="token", beta 0 (so no KL term and no reference model; TRL's use_bias_correction_kl then has no effect)
+    "trl": dict(adv="group", loss="clip", agg="token-mean", eps_low=0.2, eps_high=0.2, beta=0.0, kl="k3"),
 }
+# the TrainConfig part of GRPOConfig's defaults (learning_rate, max_completion_length, lr_scheduler_type): `--algo trl` and
+# `trl_config("trl")` start from them; `TrainConfig(algo="trl")` takes the algorithm only
+TRL_TRAIN = {"lr": 1e-6, "max_new_tokens": 512, "lr_scheduler_type": "linear"}
+
+def _trl_checks(a:Algo, base_loss:str, trl:dict):
+    "TRL's delta and importance_sampling_level act as rl_notes' dual clip and `gspo` loss only where they compute the same; else one line."
+    if trl.get("importance_sampling_level") == "sequence" and trl.get("loss_type") in ("sapo", "vespo"):
+        raise ConfigError(f"importance_sampling_level='sequence' with loss_type={trl['loss_type']!r} (TRL's names): rl_notes' {trl['loss_type']} "
+                          "loss takes token ratios (vespo forms its sequence weight itself); leave importance_sampling_level='token'")
+    if trl.get("importance_sampling_level") == "sequence" and base_loss not in ("clip", "gspo"):
+        raise ConfigError(f"importance_sampling_level='sequence' (TRL's name) replaces the clipped loss by the `gspo` loss; this preset's loss is {base_loss!r}")
+    if trl.get("delta") is not None and not (a.loss == "clip" and a.dual_clip > 1 + a.eps_high):
+        raise ConfigError(f"delta={trl['delta']!r} (TRL's name) is rl_notes' dual clip only with the clipped loss and delta > 1 + epsilon_high "
+                          f"({1 + a.eps_high:g}); here the loss is {a.loss!r} and epsilon_high {a.eps_high:g}")
 
 def get_algo(name:str|Algo,  # a preset name (`PRESETS`) or an `Algo`, returned as is (with overrides)
              **overrides,  # fields of `Algo` to change (or TRL's names for them: epsilon, beta, loss_type, ...)
             ) -> Algo:
     "The `Algo` of a preset, with `overrides` applied (by `Algo`'s field names or TRL GRPOConfig's: `rl_notes.configs.TRL_NAMES`)."
+    trl = {k: overrides[k] for k in ("delta", "importance_sampling_level", "loss_type") if k in overrides}
     overrides = from_trl("Algo", [f.name for f in dataclasses.fields(Algo)], overrides)
-    if isinstance(name, Algo): return dataclasses.replace(name, **overrides)
-    if name not in PRESETS: raise ValueError(f"unknown algo {name!r}; expected one of {sorted(PRESETS)}")
-    return Algo(name=name, **{**PRESETS[name], **overrides})
+    if isinstance(name, Algo): a, base = dataclasses.replace(name, **overrides), name.loss
+    else:
+        if name not in PRESETS: raise ValueError(f"unknown algo {name!r}; expected one of {sorted(PRESETS)}")
+        a, base = Algo(name=name, **{**PRESETS[name], **overrides}), PRESETS[name].get("loss", "clip")
+    _trl_checks(a, base, trl)
+    return a
 
 # %% ../nbs/21_trainconfig.ipynb #abe3bf9a
 # fields that may change between a run and its resumption (they do not change what is computed)
@@ -176,7 +204,23 @@ def _dir_path(p:str) -> str|None:
     return None
 
 # fields added after runs were cached: a run whose field holds this value has the key it had before the field existed
-KEY_LATE = {"logprob_path": "auto"}
+# (an Algo field as "algo.<field>")
+KEY_LATE = {"logprob_path": "auto", "lr_scheduler_type": "constant", "warmup_ratio": 0.0,
+            "algo.sapo_temperature_pos": 1.0, "algo.sapo_temperature_neg": 1.05, "algo.vespo_k_pos": 2.0, "algo.vespo_lambda_pos": 3.0,
+            "algo.vespo_k_neg": 3.0, "algo.vespo_lambda_neg": 2.0}
+_ABSENT = object()
+
+def _dotted(d:dict, k:str):
+    "d['algo']['x'] for k='algo.x'; `_ABSENT` when a part is missing."
+    for part in k.split("."):
+        if not isinstance(d, dict) or part not in d: return _ABSENT
+        d = d[part]
+    return d
+
+def late_absent(cfg, saved:dict) -> tuple:
+    "The `KEY_LATE` fields that a saved config (a checkpoint's) lacks and `cfg` holds at that value: added since, computing as before."
+    cur = cfg.to_dict()
+    return tuple(k for k, v in KEY_LATE.items() if _dotted(saved, k) is _ABSENT and _dotted(cur, k) == v)
 
 
 # %% ../nbs/21_trainconfig.ipynb #c0bcfedc
@@ -218,6 +262,8 @@ class TrainConfig:
     report_to: str = _f("none", choices=("none", "tensorboard", "trackio", "wandb"), help="also send the metric rows there (metrics.jsonl is always written)")
     max_grad_norm: float = _f(1.0, gt=0, help="gradient clipping")
     warmup_steps: int = _f(0, ge=0, help="linear learning-rate warm-up over this many RL steps (Adam's first updates are sign-like: size lr for every weight)")
+    lr_scheduler_type: str = _f("constant", choices=("constant", "linear", "cosine"), help="the learning rate after the warm-up: constant, or decaying to 0 at the last step linearly or on a half cosine (TRL's default: linear)")
+    warmup_ratio: float = _f(0.0, ge=0, le=1, help="warm-up over this share of the steps (rounded up), when warmup_steps is 0")
     ppo_epochs: int = _f(1, ge=1, help="passes over each rollout batch")
     n_minibatches: int = _f(1, ge=1, help="optimizer steps per pass")
     micro_batch_size: int|None = _f(None, ge=1, help="responses per forward/backward pass; gradients accumulate over a minibatch's micro-batches before its one optimizer step (TRL: per_device_train_batch_size); None: the whole minibatch at once")
@@ -291,7 +337,8 @@ def trl_config(algo:str|Algo="grpo",  # the preset the algorithm's settings chan
     tf, af = [f.name for f in dataclasses.fields(TrainConfig)], [f.name for f in dataclasses.fields(Algo)]
     is_algo = lambda k: k in af or (k in TRL_NAMES and TRL_NAMES[k].cls == "Algo")
     a = {k: v for k, v in kw.items() if is_algo(k)}
-    return TrainConfig(algo=get_algo(algo, **a), **from_trl("TrainConfig", tf, {k: v for k, v in kw.items() if not is_algo(k)}))
+    t = from_trl("TrainConfig", tf, {k: v for k, v in kw.items() if not is_algo(k)})
+    return TrainConfig(algo=get_algo(algo, **a), **({**TRL_TRAIN, **t} if algo == "trl" else t))
 
 # %% ../nbs/21_trainconfig.ipynb #37911bf3
 CHARS = "0123456789+-*()=,:"  # every character a prompt or response of the lab's tasks (`rl_notes.tasks`) can contain
@@ -324,6 +371,22 @@ def reward_spec(f,  # a spec string or a callable (a `functools.partial` is unwr
     while isinstance(f, functools.partial): f = f.func
     qual = getattr(f, "__qualname__", None) or type(f).__qualname__
     return f"{getattr(f, '__module__', None) or type(f).__module__}:{qual}"
+
+
+# %% ../nbs/21_trainconfig.ipynb #df8e8a2e
+def lr_factor(cfg:TrainConfig, step:int) -> float:
+    "The learning rate's factor at RL step `step` (1 to `cfg.steps`): linear warm-up, then `lr_scheduler_type` (constant, or linear / cosine decay toward 0)."
+    T, W = cfg.steps, cfg.warmup_steps or math.ceil(cfg.warmup_ratio * cfg.steps)   # warmup_steps wins over warmup_ratio, as in transformers
+    warm = min(1.0, step / W) if W else 1.0
+    if cfg.lr_scheduler_type == "constant" or step <= W: return warm
+    # after the warm-up, transformers' schedules at optimizer step k = step - 1: the share of the decay done, (k - W) / (T - W)
+    done = (step - 1 - W) / max(1, T - W)
+    # linear: $1 - p$; cosine: $\frac12 (1 + \cos \pi p)$
+    return max(0.0, 1.0 - done) if cfg.lr_scheduler_type == "linear" else max(0.0, 0.5 * (1.0 + math.cos(math.pi * done)))
+
+def eval_due(cfg:TrainConfig, step:int) -> bool:
+    "Is step `step` a held-out evaluation step (every `eval_every` steps, and the last one)?"
+    return bool(cfg.n_eval and cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.steps))
 
 
 # %% ../nbs/21_trainconfig.ipynb #4623c947

@@ -22,7 +22,7 @@ from .rollout import Rollout, NonFiniteLogits, generate, response_logprobs, eval
 from .rundir import RunDir, RunLock, run_mode
 from .checkpoint import CheckpointError
 from .cache import cache_dir, content_sha256
-from .trainconfig import (Algo, TrainConfig, RUN_CONTROL, PATH_FIELDS, _dataset_label, _reward_file, content_changes, paths_read,
+from .trainconfig import (Algo, TrainConfig, RUN_CONTROL, PATH_FIELDS, late_absent, _dataset_label, _reward_file, content_changes, paths_read, lr_factor, eval_due,
                                   dir_problem, _check_extras, _warn_tiny_defaults)
 from .algo import Batch, make_batch, ADVANTAGE_ESTIMATORS, POLICY_LOSSES, Tokens, modify_tokens
 from .report import Meter, Reporter, MODEL_DIR, export_model, export_step, recover_model, TrainResult, named_row
@@ -31,8 +31,8 @@ from .policies import Sampler, Reference
 
 # %% auto #0
 __all__ = ['heldout_eval', 'TrainingDiverged', 'seed_everything', 'Run', 'preflight', 'content_fingerprints', 'check_content',
-           'setup', 'PeerFailed', 'together', 'collect', 'advantages', 'update', 'heldout', 'eval_due', 'log_row',
-           'checkpoint', 'value_pretrain_step', 'StopRequest', 'train']
+           'setup', 'PeerFailed', 'together', 'collect', 'advantages', 'update', 'heldout', 'log_row', 'checkpoint',
+           'value_pretrain_step', 'StopRequest', 'train']
 
 # %% ../nbs/33_trainer.ipynb #f189dc6a
 def heldout_eval(model, tokenizer,
@@ -256,7 +256,8 @@ def _open_dir(run:Run):
     rows = []
     if cfg.resume and run.dir.ckpt.is_dir():
         check_content(run, run.dir.state())                            # the files it reads compared by content, not by spelling
-        st, rows = run.dir.resume(cfg, run.acc, run.policy, run.opt, run.critic, run.copt, ignore=RUN_CONTROL + PATH_FIELDS,
+        late = late_absent(cfg, run.dir.state()["config"])           # fields added since that checkpoint, at their old behaviour
+        st, rows = run.dir.resume(cfg, run.acc, run.policy, run.opt, run.critic, run.copt, ignore=RUN_CONTROL + PATH_FIELDS + late,
                                   tensors=_ckpt_tensor_names(run, run.dir.state()))
         _restore_extras(run, st)
         run.start = run.saved = st["step"]
@@ -346,6 +347,7 @@ def _rollout_metrics(run:Run, first:dict, keep:torch.Tensor, mt:Meter):
     mt.add("len_right", L[ok].mean() if ok.any() else 0.0, n * float(ok.float().mean()))
     mt.add("len_wrong", L[~ok].mean() if (~ok).any() else 0.0, n * float((~ok).float().mean()))
     mt.add("trunc_rate", ro.truncated.float().mean(), n); mt.max("resp_len_max", L.max())
+    mt.add("completions/mean_length", L.mean(), n); mt.add("completions/clipped_ratio", ro.truncated.float().mean(), n)   # TRL's names of resp_len, trunc_rate
     mt.add("kept_frac", keep.float().mean(), n / run.cfg.group_size)
     _reward_stats(run, reward, first["per_func"], n, mt)
 
@@ -436,13 +438,13 @@ def advantages(run:Run, batch:Batch, mt:Meter) -> Batch:
 
 # %% ../nbs/33_trainer.ipynb #5ba415d7
 def _set_lr(run:Run, step:int, mt:Meter):
-    "Linear warm-up as a function of the step (stateless, so a resumed run follows the same schedule)."
+    "The learning rates at `step` (`lr_factor`): a function of the step alone, so a resumed run follows the same schedule."
     cfg = run.cfg
-    warm = min(1.0, step / cfg.warmup_steps) if cfg.warmup_steps else 1.0
+    f = lr_factor(cfg, step)
     for o, lr in ((run.opt, cfg.lr), (run.copt, cfg.critic_lr)):
         if o is not None:
-            for pg in o.param_groups: pg["lr"] = lr * warm
-    mt.add("lr", cfg.lr * warm, 1)
+            for pg in o.param_groups: pg["lr"] = lr * f
+    mt.add("lr", cfg.lr * f, 1)
 
 def _old_ref_logp(run:Run, batch:Batch, mt:Meter):
     "Log-probs (B, T) before the update (needed with several optimizer steps per batch, or a sampler that is not the learner) and under the reference (beta > 0)."
@@ -548,6 +550,8 @@ def _policy_step(run:Run, step:int, mb:Batch, old_logp, ref_logp, n_tok:float, n
         mt.add("entropy", masked_mean(ent.detach(), c.loss_mask), w)
         for k in ("clipfrac", "clipfrac_low", "clipfrac_high", "approx_kl", "ratio_mean"): mt.add(k, pm[k], w)
         mt.add("kl_ref", pm.get("kl", 0.0), w if "kl" in pm else 0)
+        for k, trl in (("clipfrac_low", "low_mean"), ("clipfrac_high", "high_mean"), ("clipfrac", "region_mean")): mt.add(f"clip_ratio/{trl}", pm[k], w)   # TRL's names
+        mt.add("kl", pm.get("kl", 0.0), w if "kl" in pm else 0)                                                          # TRL's name of kl_ref
     if algo.mu > 0:
         if n_pos > 0: mt.add("lm_loss", lm_total, 1)
         mt.add("lm_loss", 0.0, 0)
@@ -589,10 +593,6 @@ def heldout(run:Run) -> dict:
     ev = heldout_eval(run.gen_model, run.tok, run.rewards, run.test_rows, cfg.max_new_tokens, accelerator=run.acc,
                       temperature=cfg.temperature, seed=cfg.seed) if cfg.n_eval else {}
     return {**ev, "time_eval": time.time() - t0}
-
-def eval_due(cfg:TrainConfig, step:int) -> bool:
-    "Is step `step` a held-out evaluation step (every `eval_every` steps, and the last one)?"
-    return bool(cfg.n_eval and cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.steps))
 
 def log_row(run:Run, row:dict):
     "Keep a metric row, append it to metrics.jsonl (main process; flushed line by line), and report it (TensorBoard / trackio)."
