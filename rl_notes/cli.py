@@ -4,7 +4,7 @@
 
 # %% ../nbs/43_cli.ipynb #eb1d7f78
 from __future__ import annotations
-import argparse, dataclasses, functools, json, os, platform, stat, sys, time, traceback, typing, warnings
+import argparse, dataclasses, functools, json, os, platform, stat, sys, yaml, time, traceback, typing, warnings
 from pathlib import Path
 from typing import NamedTuple
 from .trainconfig import PRESETS, TRL_TRAIN, Algo, TrainConfig, SFTConfig  # the settings: they import no torch (a test checks)
@@ -218,6 +218,8 @@ def _reward_option(q):
 
 def _train_parser(q):
     sec = _sections(q)
+    sec["model and data"].add_argument("--config", metavar="FILE", default=argparse.SUPPRESS,
+                                       help="a JSON or YAML file of options by TRL's or rl_notes' names (e.g. a GRPOConfig's fields); options after it win")
     _task_args(sec["model and data"], model="required")
     _dataset_arg(sec["model and data"])
     _reward_option(sec["model and data"])
@@ -262,6 +264,26 @@ def _trl_algo_options(q):
         q.add_argument("--" + trl.replace("_", "-"), dest="trl_" + trl, type=_bool if flag else _trl_value, nargs="?", const=True,
                        default=argparse.SUPPRESS, metavar="BOOL" if flag else trl.upper(),
                        help=f"TRL's {trl}: {what}{vals}{'; ' + t.note if t.note else ''}".replace("%", "%%"))
+
+def _from_config(argv:list[str]) -> list[str]:
+    "`--config FILE` (JSON or YAML: a dict of options by TRL's or rl_notes' names, e.g. a GRPOConfig's fields) as the options it holds, in its place; options after it win."
+    i = next((j for j, x in enumerate(argv) if x == "--config" or x.startswith("--config=")), None)
+    if i is None: return argv
+    path = argv[i].partition("=")[2] or (argv[i + 1] if i + 1 < len(argv) else "")
+    if not path: raise UsageError("--config needs a JSON or YAML file")
+    try: text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e: raise UsageError(f"--config {path!r}: cannot read it ({type(e).__name__}: {e})") from None
+    try: d = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as e: raise UsageError(f"--config {path!r}: not {'JSON' if path.endswith('.json') else 'YAML'}: {str(e).splitlines()[0]}") from None
+    if not isinstance(d, dict): raise UsageError(f"--config {path!r}: expected a mapping of option names to values, got {type(d).__name__}")
+    opts = []
+    for k, v in d.items():
+        if v is None: continue                                                      # null: the option's default
+        opts.append("--" + str(k))
+        if isinstance(v, bool): opts.append("true" if v else "false")
+        elif isinstance(v, list): opts += [json.dumps(x) if isinstance(x, (dict, list)) else str(x) for x in v]
+        else: opts.append(json.dumps(v) if isinstance(v, dict) else str(v))
+    return argv[:i] + opts + argv[i + (1 if "=" in argv[i] else 2):]
 
 def _spelled(argv:list[str]) -> list[str]:
     "TRL's spelling of an option, `--num_generations` (as HfArgumentParser writes it), as `--num-generations`; values are left as written."
@@ -508,7 +530,7 @@ def main(argv:list[str]|None=None) -> int:
         if _command(argv) == "doctor":
             from rl_notes.doctor import main as doctor  # the doctor reads logs: no torch, but it has its own options
             return doctor(argv[argv.index("doctor") + 1:])
-        a = _parser(_command(argv)).parse_args(_spelled(argv))
+        a = _parser(_command(argv)).parse_args(_spelled(_from_config(argv)))
         return _run(a)
     except UsageError as e:
         print(f"rl_notes: error: {e}", file=sys.stderr)

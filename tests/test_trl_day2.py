@@ -410,3 +410,23 @@ def test_trl_loss_types_on_the_command_line(cli_cfg):
     assert code == 0 and (cfg.algo.loss, cfg.algo.agg) == ("vespo", "token-mean"), err
     code, _, _, err = cli_cfg("--loss-type", "vespo", "--importance-sampling-level", "sequence")
     assert code == 2 and "takes token ratios" in one_line(err)
+
+
+def test_a_grpoconfig_as_yaml_runs_with_trls_batch(micro_sft, tmp_path, capsys):
+    "A GRPOConfig written as YAML with TRL's field names (`--config`) runs unchanged: its batch is GRPOConfig's, its values are in config.json."
+    import json, yaml
+    from trl import GRPOConfig
+    fields = dict(num_generations=4, per_device_train_batch_size=4, gradient_accumulation_steps=1, steps_per_generation=2,
+                  max_completion_length=3, max_steps=2, learning_rate=1e-3, beta=0.0, loss_type="dapo", epsilon=0.2,
+                  scale_rewards="group", logging_steps=5, bf16=False, seed=3, output_dir=str(tmp_path / "run"))
+    (tmp_path / "grpo.yaml").write_text(yaml.safe_dump(fields))
+    code = main(["train", "--model", micro_sft, "--algo", "trl", "--task-arg", "max_digits=2", "--task-arg", "scratchpad=false",
+                 "--config", str(tmp_path / "grpo.yaml"), "--n-eval", "4", "--n-train", "200", "--quiet", "--threads", "1"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    g = GRPOConfig(**{k: v for k, v in fields.items() if k != "output_dir"}, output_dir=str(tmp_path / "trl"), use_cpu=True)
+    prompts = g.generation_batch_size // g.num_generations                  # GRPOConfig's own arithmetic: prompts per generation
+    assert f"each step samples {g.generation_batch_size} completions ({prompts} prompts x 4)" in out
+    cfg = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert (cfg["group_size"], cfg["max_new_tokens"], cfg["lr"], cfg["seed"], cfg["algo"]["beta"], cfg["algo"]["agg"]) == (4, 3, 1e-3, 3, 0.0, "token-mean")
+    assert [json.loads(l)["step"] for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()] == [0, 1, 2]
