@@ -39,3 +39,33 @@ def tiny_lm():
         return LlamaForCausalLM(LlamaConfig(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                                             num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=32))
     return make
+
+
+def make_chat_world(root, rewards:str):
+    "Under `root`: a tiny chat model directory (`model`), a conversational jsonl dataset (`chat.jsonl`) and `rewards.py` holding `rewards`."
+    import json
+    from rl_notes.models import save_tiny_chat_model
+    save_tiny_chat_model(root / "model", vocab_size=300, hidden_size=32, num_layers=1)
+    with open(root / "chat.jsonl", "w") as f:
+        for i in range(16): f.write(json.dumps({"prompt": [{"role": "user", "content": f"What is {i}+1?"}], "answer": str(i + 1)}) + "\n")
+    (root / "rewards.py").write_text(rewards)
+    return root
+
+
+def trl_grpo_script(tmp_path, **cfg) -> str:
+    "The opening of a script that trains TRL's GRPOTrainer on CPU (a tiny random Llama in tmp_path/model, output in tmp_path/run): it defines `md`, `tok`, `digits` (a reward), `cfg` (a GRPOConfig: these defaults, updated by `cfg`) and `ds`."
+    args = dict(per_device_train_batch_size=8, num_generations=4, max_completion_length=8, learning_rate=1e-3, beta=0.04, max_steps=8,
+                logging_steps=1, report_to="none", use_cpu=True, save_strategy="no", seed=0, disable_tqdm=True, dataloader_num_workers=0)
+    args.update(cfg)
+    return f"""
+import torch; torch.set_num_threads(1)
+from datasets import Dataset
+from transformers.utils import logging; logging.set_verbosity_error()
+from trl import GRPOConfig, GRPOTrainer
+from rl_notes.models import build_tokenizer, tiny_llama
+tok = build_tokenizer(); md = {str(tmp_path / 'model')!r}
+tiny_llama(tok, hidden_size=32, num_layers=1, heads=2).save_pretrained(md); tok.save_pretrained(md)
+def digits(prompts, completions, **kw): return [sum(c.isdigit() for c in x) / max(len(x), 1) for x in completions]
+cfg = GRPOConfig(output_dir={str(tmp_path / 'run')!r}, **{args!r})
+ds = Dataset.from_dict({{"prompt": [f"{{a}}+{{b}}=" for a in range(4) for b in range(4)]}})
+"""

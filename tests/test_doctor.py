@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import trl_grpo_script
 
 from rl_notes.doctor import DoctorError, Report, _run_checks, diagnose, format_report, dashboard, main, read_log, to_series, T
 
@@ -324,19 +325,7 @@ def test_import_stays_light():
 def test_real_trl_run(tmp_path):
     "TRL 1.16's GRPOTrainer, 8 steps of a tiny random Llama on CPU, then the doctor on the trainer_state.json it saved."
     pytest.importorskip("trl")
-    code = f"""
-import torch; torch.set_num_threads(1)
-from datasets import Dataset
-from transformers.utils import logging; logging.set_verbosity_error()
-from trl import GRPOConfig, GRPOTrainer
-from rl_notes.models import build_tokenizer, tiny_llama
-tok = build_tokenizer(); md = {str(tmp_path / 'model')!r}
-tiny_llama(tok, hidden_size=32, num_layers=1, heads=2).save_pretrained(md); tok.save_pretrained(md)
-def digits(prompts, completions, **kw): return [sum(c.isdigit() for c in x) / max(len(x), 1) for x in completions]
-cfg = GRPOConfig(output_dir={str(tmp_path / 'run')!r}, per_device_train_batch_size=8, num_generations=4, max_completion_length=8,
-                 learning_rate=1e-3, beta=0.04, max_steps=8, logging_steps=1, report_to="none", use_cpu=True,
-                 save_strategy="no", seed=0, disable_tqdm=True, dataloader_num_workers=0)
-ds = Dataset.from_dict({{"prompt": [f"{{a}}+{{b}}=" for a in range(4) for b in range(4)]}})
+    code = trl_grpo_script(tmp_path) + """
 tr = GRPOTrainer(model=md, reward_funcs=digits, args=cfg, train_dataset=ds, processing_class=tok)
 tr.train(); tr.save_state()
 """

@@ -2,6 +2,7 @@
 import json, os, subprocess, sys
 from pathlib import Path
 import pytest
+from conftest import trl_grpo_script
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
@@ -10,24 +11,12 @@ ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 @pytest.mark.slow   # about 40 s on a busy 2-core CPU, mostly importing trl/transformers in the subprocess
 def test_doctor_callback_stops_a_blowing_up_trl_run(tmp_path):
     pytest.importorskip("trl")
-    code = f"""
-import torch; torch.set_num_threads(1)
-from datasets import Dataset
-from transformers.utils import logging; logging.set_verbosity_error()
-from trl import GRPOConfig, GRPOTrainer
-from rl_notes.models import build_tokenizer, tiny_llama
+    code = trl_grpo_script(tmp_path, learning_rate=1e6, max_grad_norm=1e9, max_steps=30) + """
 from rl_notes.doctor import DoctorCallback
-tok = build_tokenizer(); md = {str(tmp_path / 'model')!r}
-tiny_llama(tok, hidden_size=32, num_layers=1, heads=2).save_pretrained(md); tok.save_pretrained(md)
-def digits(prompts, completions, **kw): return [sum(c.isdigit() for c in x) / max(len(x), 1) for x in completions]
-cfg = GRPOConfig(output_dir={str(tmp_path / 'run')!r}, per_device_train_batch_size=8, num_generations=4, max_completion_length=8,
-                 learning_rate=1e6, max_grad_norm=1e9, beta=0.04, max_steps=30, logging_steps=1, report_to="none", use_cpu=True,
-                 save_strategy="no", seed=0, disable_tqdm=True, dataloader_num_workers=0)
-ds = Dataset.from_dict({{"prompt": [f"{{a}}+{{b}}=" for a in range(4) for b in range(4)]}})
 cb = DoctorCallback(every=1, stop=True)
 tr = GRPOTrainer(model=md, reward_funcs=digits, args=cfg, train_dataset=ds, processing_class=tok, callbacks=[cb])
 tr.train()
-print("STOPPED_AT", tr.state.global_step, sorted({{f.key for f in cb.findings if f.status == "present"}}))
+print("STOPPED_AT", tr.state.global_step, sorted({f.key for f in cb.findings if f.status == "present"}))
 """
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]

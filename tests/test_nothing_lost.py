@@ -4,6 +4,7 @@ import hashlib, io, json, os, shutil, sys
 from pathlib import Path
 
 import pytest
+from conftest import make_chat_world
 
 from rl_notes.cli import main
 
@@ -143,13 +144,8 @@ def says(prompts, completions, answer, **kw): return [float(a in c[0]["content"]
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    from rl_notes.models import save_tiny_chat_model
-    root = tmp_path_factory.mktemp("lost")
-    save_tiny_chat_model(root / "model", vocab_size=300, hidden_size=32, num_layers=1)
-    with open(root / "chat.jsonl", "w") as f:
-        for i in range(16): f.write(json.dumps({"prompt": [{"role": "user", "content": f"What is {i}+1?"}], "answer": str(i + 1)}) + "\n")
-    (root / "rewards.py").write_text(REWARDS)
-    return root
+    "A tiny chat model directory, a conversational jsonl dataset and a file of reward functions."
+    return make_chat_world(tmp_path_factory.mktemp("lost"), REWARDS)
 
 
 @pytest.fixture(autouse=True)
