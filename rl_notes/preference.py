@@ -16,7 +16,7 @@ from .rundir import RunDir, run_mode
 from .cache import code_version
 
 # %% auto #0
-__all__ = ['DPO_RUN_CONTROL', 'verifier_pairs', 'DPOConfig', 'train_dpo']
+__all__ = ['DPO_RUN_CONTROL', 'verifier_pairs', 'ref_logps', 'as_triples', 'DPOConfig', 'train_dpo']
 
 # %% ../nbs/34_preference.ipynb #549d05f3
 def _pick_pairs(correct:torch.Tensor,  # (n_prompts * k,) bool: the verifier accepted the sample
@@ -87,7 +87,7 @@ def _batch_indices(n:int, bs:int, step:int, seed:int) -> list[int]:
     return out
 
 @torch.no_grad()
-def _ref_logps(model, pairs, reduction, pad_token_id, batch_size=256):
+def ref_logps(model, pairs, reduction, pad_token_id, batch_size=256):
     "Chosen and rejected sequence log-probs (N,) each, computed in chunks, on the CPU."
     was = model.training; model.eval()
     c, r = [], []
@@ -97,7 +97,7 @@ def _ref_logps(model, pairs, reduction, pad_token_id, batch_size=256):
     model.train(was)
     return torch.cat(c), torch.cat(r)
 
-def _as_triples(pairs) -> list:
+def as_triples(pairs) -> list:
     if isinstance(pairs, dict): return list(zip(pairs["prompt_ids"], pairs["chosen_ids"], pairs["rejected_ids"]))
     return [tuple(t) for t in pairs]
 
@@ -184,7 +184,7 @@ def _dpo_loop(policy, ref, pairs:list, cfg:DPOConfig, eval_fn, rd:RunDir|None) -
     run_cfg = _run_config(cfg, pairs)
     resumed = _dpo_resume(rd, run_cfg, cfg, policy, opt) if rd else None
     if resumed: start, t_prev, ref_c, ref_r, hist = resumed
-    else: (start, t_prev, hist), (ref_c, ref_r) = (0, 0.0, []), _ref_logps(ref if ref is not None else policy, pairs, cfg.reduction, cfg.pad_token_id)
+    else: (start, t_prev, hist), (ref_c, ref_r) = (0, 0.0, []), ref_logps(ref if ref is not None else policy, pairs, cfg.reduction, cfg.pad_token_id)
     if rd: rd.begin(hist)                                      # drops rows logged after the checkpoint
     t0, probe_pairs = time.time(), pairs[:cfg.probe]
     def record(row):
@@ -219,7 +219,7 @@ def train_dpo(policy,  # causal LM to train (in place)
     "DPO (or IPO / hinge / robust, optionally with RPO's NLL term) on fixed pairs; returns one metrics dict per step."
     cfg = DPOConfig() if cfg is None else cfg
     if not isinstance(cfg, DPOConfig): raise ValueError(f"`cfg` must be a DPOConfig, got {type(cfg).__name__}")
-    pairs = _as_triples(pairs)
+    pairs = as_triples(pairs)
     if not pairs: raise ValueError("`pairs` is empty")
     if out_dir is None: return _dpo_loop(policy, ref, pairs, cfg, eval_fn, None)
     with RunDir(out_dir).open(run_mode(resume and not overwrite, overwrite)) as rd:

@@ -12,12 +12,12 @@ from .data import RewardSet, read_source, load_dataset_splits
 
 
 # %% auto #0
-__all__ = ['SPLITS', 'MATH_INSTRUCTION', 'TASKS', 'Task', 'Addition', 'parse_expression', 'Countdown', 'TaskReward', 'last_boxed',
-           'extract_answer', 'TaskUnsupported', 'parse_answer', 'gold_answer', 'parse_response', 'math_equal', 'Math',
-           'get_task']
+__all__ = ['SPLITS', 'MATH_INSTRUCTION', 'TASKS', 'in_test_split', 'Task', 'Addition', 'parse_expression', 'Countdown',
+           'TaskReward', 'last_boxed', 'extract_answer', 'TaskUnsupported', 'parse_answer', 'gold_answer',
+           'parse_response', 'math_equal', 'Math', 'get_task']
 
 # %% ../nbs/23_tasks.ipynb #ff98dad3
-def _in_test(prompt:str,  # prompt text
+def in_test_split(prompt:str,  # prompt text
              test_frac:float,  # fraction of the prompt space reserved for evaluation
             ) -> bool:
     "True when `prompt` belongs to the held-out split; decided by a stable hash of the text (not Python's `hash`)."
@@ -62,7 +62,7 @@ class Task:
                                  f"(found {len(rows)} distinct prompts in {tries - 1} draws)")
             ex = self._sample(rng)
             p = ex["prompt"]
-            if p in seen or (split is not None and _in_test(p, self.test_frac) != (split == "test")): continue
+            if p in seen or (split is not None and in_test_split(p, self.test_frac) != (split == "test")): continue
             seen.add(p); rows.append(ex)
         return Dataset.from_list(rows)
 
@@ -197,7 +197,7 @@ class Addition(Task):
         a, b = int(example["a"]), int(example["b"])
         if not self.scratchpad: return str(a + b)
         # mixed demonstrations: a stable hash of the prompt picks the form (not Python's `hash`)
-        if self.scratchpad_share < 1 and not _in_test("scratchpad/" + example.get("prompt", f"{a}+{b}="), self.scratchpad_share): return str(a + b)
+        if self.scratchpad_share < 1 and not in_test_split("scratchpad/" + example.get("prompt", f"{a}+{b}="), self.scratchpad_share): return str(a + b)
         da, db = str(a)[::-1], str(b)[::-1]
         steps, carry = [], 0
         for i in range(max(len(da), len(db))):
