@@ -309,7 +309,7 @@ def test_cli_sampler_corrections_and_kl_placement(micro_sft, tmp_path, capsys):
            (1, "bfloat16", "token_truncate", 3.0, 0.5)
     steps = [r for r in _rows(tmp_path / "stale") if r["step"] > 0]
     assert len(steps) == 3 and all(r["mismatch/logp_diff_mean"] > 0 and 0 < r["mismatch/ess_token"] <= 1 for r in steps)
-    assert main(base + ["--algo", "ppo_rlhf", "--set", "kl_target=0.01", "--set", "kl_horizon=100", "--ref-model-sync-steps", "2",
+    assert main(base + ["--algo", "ppo_rlhf", "--set", "kl_target=0.01", "--set", "kl_horizon=100", "--sync-ref-model", "--ref-model-sync-steps", "2",
                         "--out", str(tmp_path / "rlhf")]) == 0
     steps = [r for r in _rows(tmp_path / "rlhf") if r["step"] > 0]
     assert [r["step"] for r in steps if r.get("ref_reset")] == [2] and steps[0]["kl_beta"] == 0.05 and steps[1]["kl_beta"] != 0.05
