@@ -298,6 +298,8 @@ VERDICT_META = {
     "V1": VerdictMeta("window chosen after the first run", -1, "V1 runs (two windows)"),
     **{k: _V1L for k in ("V1-long", "V1-long critic-lambda-1", "V1-long actor-lambda-1")},
     **{k: VerdictMeta("first design", +1, _EST) for k in ("CISPO", "Clip-Cov", "KL-Cov", "80/20", "GSPO", "RLOO", "REINFORCE++")},
+    **{k: VerdictMeta("pre-registered", +1, _EST) for k in ("SAPO", "VESPO")},
+    "LUSPO": VerdictMeta("pre-registered", +1, "LUSPO vs GSPO"),
 }
 
 def verdict_meta(vid:str) -> VerdictMeta|None:
