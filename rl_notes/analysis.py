@@ -300,6 +300,7 @@ VERDICT_META = {
     **{k: VerdictMeta("first design", +1, _EST) for k in ("CISPO", "Clip-Cov", "KL-Cov", "80/20", "GSPO", "RLOO", "REINFORCE++")},
     **{k: VerdictMeta("pre-registered", +1, _EST) for k in ("SAPO", "VESPO")},
     "LUSPO": VerdictMeta("pre-registered", +1, "LUSPO vs GSPO"),
+    **{f"{k}-confirm": VerdictMeta("pre-registered", +1, "OS4-OS6 confirmation") for k in ("OS4", "OS5", "OS6")},
 }
 
 def verdict_meta(vid:str) -> VerdictMeta|None:
