@@ -5,6 +5,7 @@
 # %% ../nbs/16_offpolicy.ipynb #315c6aaf
 from __future__ import annotations
 import math
+from typing import NamedTuple
 import torch
 from torch import nn
 from .core import check_shapes, kl_penalty, masked_mean
@@ -12,9 +13,10 @@ from .ppo import ppo_policy_loss, terminal_rewards
 from .family import tis_weights
 
 # %% auto #0
-__all__ = ['ESS_LEVELS', 'RS_LEVELS', 'effective_sample_size', 'mismatch_metrics', 'rejection_mask', 'icepop_mask', 'opsm_mask',
-           'decoupled_ppo_loss', 'staleness_mask', 'kl_shaped_rewards', 'AdaptiveKLController', 'ref_reset_due',
-           'reset_reference']
+__all__ = ['ESS_LEVELS', 'RS_LEVELS', 'GATE_LEVELS', 'GATE_ACTIONS', 'GATE_METRICS', 'GATE_AGGS', 'GATE_PRESETS',
+           'GATE_READS_ADV', 'effective_sample_size', 'mismatch_metrics', 'rejection_mask', 'icepop_mask', 'opsm_mask',
+           'Gated', 'token_divergence', 'gate', 'decoupled_ppo_loss', 'staleness_mask', 'kl_shaped_rewards',
+           'AdaptiveKLController', 'ref_reset_due', 'reset_reference']
 
 # %% ../nbs/16_offpolicy.ipynb #f2c3e73d
 def _log_w(logp, rollout_logp, mask):
@@ -125,6 +127,130 @@ def opsm_mask(logp:torch.Tensor,  # (B, T) log pi of the sampled tokens under th
     gap = masked_mean(-d, m, dim=-1)                               # (B,)
     # keep $A_i \ge 0 \lor \hat D_i \le \delta$
     return ((adv >= 0) | (gap <= delta))[:, None] & m
+
+# %% ../nbs/16_offpolicy.ipynb #d0862b2d
+GATE_LEVELS = ("token", "sequence")
+GATE_ACTIONS = ("truncate", "mask", "reject")
+GATE_METRICS = ("ratio", "k1", "k2", "k3", "bkl", "tv")
+GATE_AGGS = ("sum", "mean", "max")
+
+class Gated(NamedTuple):
+    "What `gate` returns; unpacks as `weights, metrics`."
+    weights: torch.Tensor  # (B, T) detached weights of the advantages, 0 where `mask` is off
+    metrics: dict  # name -> float32 scalar: kept, truncated (shares of the response tokens), weight_mean, metric_mean, metric_max
+
+def _divergence(d, logp, rollout_logp, m, metric):
+    "The per-token metric from the checked log-ratio `d` (0 where masked: there the on-policy value)."
+    if metric == "ratio": return d.exp()                                  # $w_t = e^{\Delta_t}$
+    if metric == "k1": return -d                                          # $k_1 = \log q - \log p$
+    if metric == "k2": return d ** 2 / 2                                  # $k_2 = \Delta^2 / 2$
+    if metric == "k3": return torch.expm1(d) - d                          # $k_3 = w - 1 - \Delta$
+    zero = torch.zeros((), dtype=d.dtype, device=d.device)
+    lp, lq = torch.where(m, logp.detach(), zero), torch.where(m, rollout_logp.detach(), zero)
+    if (lp > 0).any() or (lq > 0).any(): raise ValueError(f"metric {metric!r} needs log-probabilities <= 0 in `logp` and `rollout_logp`")
+    if metric == "tv": return (lp.exp() - lq.exp()).abs()                 # $|p - q|$
+    lp, lq = lp.double(), lq.double()                                     # two O(Delta) terms cancel to O(Delta^2)
+    nq, np_ = -torch.expm1(lq), -torch.expm1(lp)                          # 1 - q, 1 - p
+    # $q\log\frac{q}{p} + (1-q)\log\frac{1-q}{1-p}$ (0 log 0 = 0; >= 0, rounding aside)
+    bkl = lq.exp() * (lq - lp) + torch.where(nq > 0, nq * (nq.log() - np_.log()), zero.double())
+    return bkl.clamp(min=0).to(d.dtype)
+
+def token_divergence(logp:torch.Tensor,  # (B, T) log pi of the sampled tokens under the learner
+                     rollout_logp:torch.Tensor,  # (B, T) log mu of the same tokens under the sampler
+                     mask:torch.Tensor,  # (B, T) response mask
+                     metric:str="k3",  # one of `GATE_METRICS`
+                    ) -> torch.Tensor:  # (B, T) detached; where masked the on-policy value (ratio 1, the others 0)
+    "Per-token gap on the sampled token: the ratio pi/mu, the k1/k2/k3 estimates of KL(mu || pi), the binary KL or the binary TV |p - q|."
+    if metric not in GATE_METRICS: raise ValueError(f"unknown `metric` {metric!r}; expected one of {GATE_METRICS}")
+    m, d = _log_w(logp, rollout_logp, mask)
+    return _divergence(d, logp, rollout_logp, m, metric)
+
+# %% ../nbs/16_offpolicy.ipynb #60997fd0
+def _band(v, lo, hi):
+    "v in [lo, hi], either end None: no bound."
+    ok = torch.ones_like(v, dtype=torch.bool)
+    if lo is not None: ok = ok & (v >= lo)
+    if hi is not None: ok = ok & (v <= hi)
+    return ok
+
+def _check_gate(level, action, metric, agg, low, high, adv):
+    "Raise a ValueError naming the first bad argument of `gate`."
+    for name, v, ok in (("level", level, GATE_LEVELS), ("action", action, GATE_ACTIONS), ("metric", metric, GATE_METRICS), ("agg", agg, GATE_AGGS)):
+        if v not in ok: raise ValueError(f"unknown `{name}` {v!r}; expected one of {ok}")
+    for name, v in (("low", low), ("high", high)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)):
+            raise ValueError(f"`{name}` must be a finite number or None, got {v!r}")
+        if v is not None and metric == "ratio" and v < 0: raise ValueError(f"`{name}` bounds a ratio: it must be >= 0, got {v!r}")
+    if low is not None and high is not None and low > high: raise ValueError(f"need `low` <= `high`, got low={low!r}, high={high!r}")
+    if action == "truncate":
+        if metric != "ratio": raise ValueError(f"`action`='truncate' clips the ratio: it needs metric='ratio', got {metric!r}")
+        if level == "sequence" and agg == "max": raise ValueError("`action`='truncate' at level 'sequence' clips the product (agg='sum') or the geometric mean (agg='mean'), got agg='max'")
+        if adv is not None: raise ValueError("`adv` limits a band to the negative samples: it acts with action 'mask' or 'reject', not 'truncate'")
+
+def gate(logp_learner:torch.Tensor,  # (B, T) log pi of the sampled tokens under the learner (pi_old in decoupled PPO)
+         logp_sampler:torch.Tensor,  # (B, T) log mu of the same tokens under the sampler
+         mask:torch.Tensor,  # (B, T) response mask
+         level:str="token",  # "token": each token alone; "sequence": one decision per response, from `agg` over its tokens
+         action:str="truncate",  # "truncate": clip(rho, low, high); "mask": rho inside the band, 0 outside; "reject": 1 inside, 0 outside
+         metric:str="ratio",  # what the band bounds, one of `GATE_METRICS` (see `token_divergence`)
+         agg:str="mean",  # level "sequence": "sum", "mean" or "max" over the tokens (of log w for the ratio, of the metric else)
+         low:float|None=None,  # a: lower end of the band; None: none
+         high:float|None=None,  # b: upper end of the band; None: none
+         adv:torch.Tensor|None=None,  # (B,) or (B, T) advantages: tokens with A >= 0 always pass (DeepSeek-V3.2's rule); None: all gated
+        ) -> Gated:  # (B, T) detached weights and the metrics of the gate
+    "One sampler/learner mismatch correction: a band on a per-token or per-response metric, and what happens outside it."
+    _check_gate(level, action, metric, agg, low, high, adv)
+    m, d = _log_w(logp_learner, logp_sampler, mask)
+    if adv is not None and not (isinstance(adv, torch.Tensor) and adv.shape in (m.shape, m.shape[:1])):
+        raise ValueError(f"`adv` must be (B,) = ({m.shape[0]},) or (B, T) = {tuple(m.shape)}, got {getattr(adv, 'shape', type(adv))}")
+    zero = torch.zeros((), dtype=d.dtype, device=d.device)
+    x = _divergence(d, logp_learner, logp_sampler, m, metric)            # (B, T) $m_t$
+    src = d if metric == "ratio" else torch.where(m, x, zero)             # what is aggregated: log w for the ratio
+    log_rho = d                                                           # log of the weight an action keeps
+    if level == "token": s = src                                          # (B, T)
+    else:
+        if agg == "sum": s = src.sum(-1, keepdim=True)                    # (B, 1)
+        elif agg == "mean": s = masked_mean(src, m, dim=-1)[:, None]      # (B, 1)
+        else: s = torch.where(m.any(-1, keepdim=True), src.masked_fill(~m, -math.inf).amax(-1, keepdim=True), zero)
+        if metric == "ratio" and agg != "max": log_rho = s.expand_as(d)   # the response's weight: prod_t w_t or its geometric mean
+    if action == "truncate":
+        # $\bar w = \mathrm{clip}(\rho, a, b)$
+        w = log_rho.exp()
+        if low is not None or high is not None: w = w.clamp(low, high)
+        keep, w = m, torch.where(m, w, zero)
+    else:
+        if metric == "ratio" and action == "reject":                      # compared through log w: no weight formed
+            lg = lambda v: None if v is None else (-math.inf if v == 0 else math.log(v))
+            inside = _band(s, lg(low), lg(high))
+        else: inside = _band(s.exp() if metric == "ratio" else s, low, high)
+        inside = inside.expand_as(m)
+        if adv is not None: inside = inside | ((adv[:, None] if adv.dim() == 1 else adv) >= 0)
+        keep = inside & m
+        # mask: $\bar w = \rho\,\mathbb 1[m \in [a, b]]$; reject: $\bar w = \mathbb 1[m \in [a, b]]$
+        w = torch.where(keep, log_rho.exp(), zero) if action == "mask" else keep.to(d.dtype)
+    with torch.no_grad():
+        n = m.sum().clamp(min=1)
+        cut = (w != log_rho.exp()) & m if action == "truncate" else torch.zeros_like(m)
+        out = dict(kept=keep.sum() / n, truncated=cut.sum() / n, weight_mean=masked_mean(w, m), metric_mean=masked_mean(x, m),
+                   metric_max=x[m].max() if m.any() else zero)
+    return Gated(w, {k: v.float() for k, v in out.items()})
+
+# %% ../nbs/16_offpolicy.ipynb #7c169397
+# name -> `gate` arguments; the sources (repository, file, commit, lines) are in the markdown above
+GATE_PRESETS = {
+    "tis": dict(level="token", action="truncate", metric="ratio", high=2.0),       # `rl_notes.family.tis_weights`; TRL token_truncate
+    "tis_mask": dict(level="token", action="mask", metric="ratio", high=2.0),      # tis_weights(mode="mask"); TRL token_mask
+    "seq_tis": dict(level="sequence", action="truncate", metric="ratio", agg="sum", high=2.0),   # TRL sequence_truncate
+    "seq_tis_mask": dict(level="sequence", action="mask", metric="ratio", agg="sum", high=2.0),  # TRL sequence_mask
+    "icepop": dict(level="token", action="reject", metric="ratio", low=0.5, high=5.0),          # `icepop_mask`
+    "seq_mask": dict(level="sequence", action="reject", metric="ratio", agg="sum", low=0.5, high=2.0),   # rejection_mask(level="sequence")
+    "geometric": dict(level="sequence", action="reject", metric="ratio", agg="mean", low=0.5, high=2.0), # rejection_mask(level="geometric")
+    "opsm": dict(level="sequence", action="reject", metric="k1", agg="mean", high=0.1),   # `opsm_mask`, delta 0.1; reads the advantage
+    "ipo": dict(level="token", action="mask", metric="tv", high=0.1),                     # prime-rl IPOLossConfig.ipo_threshold
+    "openrlhf_default": dict(level="token", action="truncate", metric="ratio", low=0.5, high=5.0),  # OpenRLHF tis, [0.5, 5.0]
+    "areal_default": dict(level="token", action="mask", metric="ratio", high=5.0),        # AReaL RejectionSamplingConfig()
+}
+GATE_READS_ADV = ("opsm",)  # the presets that need `adv` (the negative samples alone are gated)
 
 # %% ../nbs/16_offpolicy.ipynb #eba1facb
 def decoupled_ppo_loss(logp:torch.Tensor,  # (B, T) log pi_theta of the sampled tokens (requires grad)
