@@ -13,15 +13,16 @@ from .ppo import terminal_rewards
 from .dapo import overlong_filter_mask
 from .grpo import group_advantages, grpo_loss
 from .vapo import decoupled_gae
-from .family import (rloo_advantages, reinforce_pp_advantages, gspo_loss, cispo_loss, sapo_loss, vespo_loss, kl_cov_loss, nll_loss, tis_weights,
+from .family import (rloo_advantages, reinforce_pp_advantages, gspo_loss, cispo_loss, sapo_loss, vespo_loss, kl_cov_loss, nll_loss,
                              high_entropy_mask, clip_cov_mask)
-from .offpolicy import rejection_mask, opsm_mask
+from .offpolicy import gate, GATE_PRESETS, GATE_READS_ADV
 
 # %% auto #0
-__all__ = ['ADVANTAGE_ESTIMATORS', 'CRITIC_ESTIMATORS', 'POLICY_LOSSES', 'TOKEN_MODIFIERS', 'Batch', 'make_batch', 'adv_group',
-           'adv_group_mean', 'adv_group_batch', 'adv_gae', 'adv_correct', 'adv_rloo', 'adv_reinforce_pp', 'loss_clip',
-           'loss_nll', 'loss_gspo', 'loss_cispo', 'loss_sapo', 'loss_vespo', 'loss_kl_cov', 'Tokens', 'mod_tis',
-           'mod_rs', 'mod_opsm', 'mod_entropy', 'mod_clip_cov', 'modify_tokens']
+__all__ = ['ADVANTAGE_ESTIMATORS', 'CRITIC_ESTIMATORS', 'POLICY_LOSSES', 'RS_LEVELS_GATE', 'TOKEN_MODIFIERS', 'Batch',
+           'make_batch', 'adv_group', 'adv_group_mean', 'adv_group_batch', 'adv_gae', 'adv_correct', 'adv_rloo',
+           'adv_reinforce_pp', 'loss_clip', 'loss_nll', 'loss_gspo', 'loss_cispo', 'loss_sapo', 'loss_vespo',
+           'loss_kl_cov', 'Tokens', 'algo_gates', 'mod_tis', 'mod_rs', 'mod_opsm', 'mod_gate', 'mod_entropy',
+           'mod_clip_cov', 'modify_tokens']
 
 # %% ../nbs/17_algo.ipynb #0f68edbe
 @dataclass
@@ -168,22 +169,48 @@ class Tokens:
     gather: Callable|None = None  # gathers 1-D values of all processes (`rl_notes.family.high_entropy_mask`); None: one process
     reduce: Callable|None = None  # sums a tensor over processes; None: one process
 
+RS_LEVELS_GATE = {"token": dict(level="token"), "sequence": dict(level="sequence", agg="sum"), "geometric": dict(level="sequence", agg="mean")}
+
+def algo_gates(algo) -> dict:
+    "The `rl_notes.offpolicy.gate` arguments of each sampler/learner correction that `algo` turns on: `tis`, `rs`, `opsm` and a named `gate`."
+    out = {}
+    if algo.tis is not None:   # TRL's four modes; the sequence weight is the product of the token weights
+        level, mode = algo.tis.split("_")
+        out["tis"] = dict(level=level, action=mode, metric="ratio", low=algo.tis_c_min, high=algo.tis_c_max, **({"agg": "sum"} if level == "sequence" else {}))
+    if algo.rs is not None:    # weight 1 in [rs_low, rs_high], 0 outside: token, product, geometric mean
+        out["rs"] = dict(action="reject", metric="ratio", low=algo.rs_low, high=algo.rs_high, **RS_LEVELS_GATE[algo.rs])
+    if algo.opsm_delta is not None:   # the mean of log mu - log pi_old over a response with A < 0 at most delta
+        out["opsm"] = dict(level="sequence", action="reject", metric="k1", agg="mean", high=algo.opsm_delta)
+    if algo.gate is not None:
+        kw = dict(GATE_PRESETS[algo.gate])
+        if algo.gate_low is not None: kw["low"] = algo.gate_low
+        if algo.gate_high is not None: kw["high"] = algo.gate_high
+        out["gate"] = kw
+    return out
+
+def _gated(algo, t:Tokens, name:str, reads_adv:bool):
+    "The modifier of one correction: its gate's weights on the advantages (None when `algo` leaves it off)."
+    kw = algo_gates(algo).get(name)
+    if kw is None: return None
+    a = None
+    if reads_adv: a = t.adv if t.adv.dim() == 1 else masked_mean(t.adv, t.mask.bool(), dim=-1)   # (b,): a response's (mean) advantage
+    return "adv", gate(t.old_logp, t.rollout_logp, t.mask, adv=a, **kw).weights
+
 def mod_tis(algo, t:Tokens):
     "Truncated importance sampling (`tis`): weights pi_train / pi_sampler on the advantages; w >= 0 leaves every clip decision unchanged."
-    if algo.tis is None: return None
-    level, mode = algo.tis.split("_")
-    return "adv", tis_weights(t.old_logp, t.rollout_logp, t.mask, level=level, mode=mode, c_max=algo.tis_c_max, c_min=algo.tis_c_min)
+    return _gated(algo, t, "tis", False)
 
 def mod_rs(algo, t:Tokens):
     "Rejection (`rs`): weight 0 on the tokens, or whole responses, whose ratio pi_old / mu leaves [rs_low, rs_high]; the rest unweighted."
-    if algo.rs is None: return None
-    return "adv", rejection_mask(t.old_logp, t.rollout_logp, t.mask, level=algo.rs, low=algo.rs_low, high=algo.rs_high).to(t.old_logp.dtype)
+    return _gated(algo, t, "rs", False)
 
 def mod_opsm(algo, t:Tokens):
     "DeepSeek-V3.2's off-policy sequence mask (`opsm_delta`): weight 0 on responses with a negative advantage and a mean gap above delta."
-    if algo.opsm_delta is None: return None
-    a = t.adv if t.adv.dim() == 1 else masked_mean(t.adv, t.mask.bool(), dim=-1)   # (b,): a response's (mean) advantage
-    return "adv", opsm_mask(t.old_logp, t.rollout_logp, a, t.mask, delta=algo.opsm_delta).to(t.old_logp.dtype)
+    return _gated(algo, t, "opsm", True)
+
+def mod_gate(algo, t:Tokens):
+    "A gate by name (`gate`, a key of `rl_notes.offpolicy.GATE_PRESETS`, bounds `gate_low` / `gate_high` when set): its weights on the advantages."
+    return _gated(algo, t, "gate", algo.gate in GATE_READS_ADV)
 
 def mod_entropy(algo, t:Tokens):
     "The 80/20 rule (`top_entropy_quantile` < 1): the tokens in the top share by entropy, over all processes, keep their gradient."
@@ -198,7 +225,7 @@ def mod_clip_cov(algo, t:Tokens):
 
 # name -> fn(algo, tokens) -> None (off), ("adv", (b, T) weights of the advantages) or ("keep", (b, T) bool: the tokens that keep
 # their gradient); applied in this order, each seeing the advantages the earlier ones left
-TOKEN_MODIFIERS = {"tis": mod_tis, "rs": mod_rs, "opsm": mod_opsm, "entropy_mask": mod_entropy, "clip_cov": mod_clip_cov}
+TOKEN_MODIFIERS = {"tis": mod_tis, "rs": mod_rs, "opsm": mod_opsm, "gate": mod_gate, "entropy_mask": mod_entropy, "clip_cov": mod_clip_cov}
 
 def modify_tokens(algo, t:Tokens) -> tuple[torch.Tensor, torch.Tensor|None]:
     "The advantages after every modifier of `TOKEN_MODIFIERS` that `algo` turns on, and the (b, T) tokens that keep their gradient (None: all)."

@@ -227,7 +227,7 @@ def _train_parser(q):
                                        help="TRL's reward_weights: one weight per --reward, in order (or --reward SPEC=W)")
     sec["algorithm"].add_argument("--algo", default="grpo", choices=PRESET_NAMES, help="algorithm preset (default grpo; trl: GRPOConfig's defaults)")
     sec["algorithm"].add_argument("--set", type=_kv, action="append", metavar="KEY=VALUE", dest="algo_set",
-                   help="override a field of the algorithm (rl_notes.trainer.Algo, or TRL's name for it), e.g. --set eps_high=0.2 --set dynamic_sampling=false")
+                   help="override a field of the algorithm (rl_notes.trainer.Algo, or TRL's name for it), e.g. --set eps_high=0.2 --set dynamic_sampling=false, or a sampler/learner gate by name (rl_notes.offpolicy.GATE_PRESETS): --set gate=ipo --set gate_high=0.2")
     _trl_algo_options(sec["algorithm"])
     _add_config_options(sec, "TrainConfig", TRAIN_HAND)
     _trl_other_options(q)

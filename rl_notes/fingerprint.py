@@ -264,6 +264,9 @@ NOT_BEHAVIOUR = {  # fields no micro run needs to set, and why
     **{f: "a parameter of the sapo / vespo loss (TRL's), checked against TRL's own `_compute_loss` on the same tensors in tests/test_trl_day2.py; "
           "a micro run of those losses would change the rl key"
        for f in ("sapo_temperature_pos", "sapo_temperature_neg", "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")},
+    **{f: "a gate by name (`rl_notes.offpolicy.GATE_PRESETS`): the same `gate` that tis / rs / opsm_delta, set by micro runs, go through; "
+          "each preset reproduces its function bit for bit in 16_offpolicy and tests/test_gate.py; a micro run of it would change the offpolicy key"
+       for f in ("gate", "gate_low", "gate_high")},
 }
 UNCOVERED_TASKS = {"math": "needs a local data file (`data_files`) and a chat template the micro tokenizer lacks"}
 

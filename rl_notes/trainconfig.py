@@ -37,10 +37,10 @@ def _lam_or_adaptive(v) -> str|None:
     return None if v == "adaptive" or 0 <= v <= 1 else "must be a float in [0, 1] or 'adaptive'"
 
 def _table(what:str):
-    "The names a field of `Algo` may take (`adv`, `loss`, `agg`, `kl`, `rs`) or the estimators with a critic (`critic`), from the modules that implement them."
+    "The names a field of `Algo` may take (`adv`, `loss`, `agg`, `kl`, `rs`, `gate`) or the estimators with a critic (`critic`), from the modules that implement them."
     from rl_notes import core, offpolicy, algo  # lazy: they load torch, and the command line imports this module for --help without it
     return {"adv": algo.ADVANTAGE_ESTIMATORS, "loss": algo.POLICY_LOSSES, "agg": core.AGG_MODES, "kl": core.KL_KINDS,
-            "rs": offpolicy.RS_LEVELS, "critic": algo.CRITIC_ESTIMATORS}[what]
+            "rs": offpolicy.RS_LEVELS, "gate": offpolicy.GATE_PRESETS, "critic": algo.CRITIC_ESTIMATORS}[what]
 
 @dataclass
 class Algo:
@@ -81,6 +81,9 @@ class Algo:
     rs_low: float = _f(0.5, gt=0, le=1)  # smallest ratio `rs` keeps
     rs_high: float = _f(2.0, ge=1)  # largest ratio `rs` keeps (IcePop: 5)
     opsm_delta: float|None = None  # DeepSeek-V3.2's off-policy sequence mask: weight 0 on responses with A < 0 whose mean log mu - log pi_old exceeds delta; None: off
+    gate: str|None = _f(None, check=lambda v: _one_of(_table("gate"), v, or_none=True))  # a sampler/learner gate by name, a key of `rl_notes.offpolicy.GATE_PRESETS` (e.g. ipo, areal_default, openrlhf_default): its weights multiply the advantages; None: off
+    gate_low: float|None = None  # the lower end of the gate's band instead of its preset's; None: the preset's
+    gate_high: float|None = None  # the upper end of the gate's band instead of its preset's; None: the preset's
     clip_anchor: str = _f("learner", choices=("learner", "sampler"))  # the ratio's pi_old: the learner's log-probs before the update (decoupled PPO: tis / rs / opsm weigh by pi_old / mu), or the sampler's (coupled PPO: the clip is centred on the behaviour policy)
     kl_in_reward: bool = False  # beta times the `kl` estimate per token goes into the reward (PPO-RLHF, with kl="k1"), not into the loss
     kl_target: float|None = _f(None, gt=0)  # adaptive beta (Ziegler et al. 2019): steer the samples' mean per-token KL to the reference toward this; None: beta fixed
@@ -100,7 +103,7 @@ class Algo:
                                  ("ref_reset_every", self.ref_reset_every > 0)) if on]
         if kl_on and self.beta == 0: raise ValueError(f"Algo.{kl_on[0]} acts on the KL term, which beta=0 turns off: set beta > 0")
         if self.kl_in_reward and self.loss != "clip": raise ValueError(f"Algo.kl_in_reward moves the KL out of the loss; only loss='clip' has one, got loss={self.loss!r}")
-        fix = [k for k in ("tis", "rs", "opsm_delta") if getattr(self, k) is not None]
+        fix = [k for k in ("tis", "rs", "opsm_delta", "gate") if getattr(self, k) is not None]
         if fix and self.clip_anchor == "sampler":
             raise ValueError(f"Algo.clip_anchor='sampler' makes pi_old the sampler's mu, so Algo.{fix[0]} would weigh every token by 1; "
                              "use clip_anchor='learner' with it")
@@ -109,6 +112,19 @@ class Algo:
                              f"({self.tis_c_max:g}, vllm_importance_sampling_clip_max)")
         if self.opsm_delta is not None and not self.opsm_delta >= 0:   # a negative delta masks every response with A < 0
             raise ValueError(f"Algo.opsm_delta (TRL's off_policy_mask_threshold) must be >= 0 or None, got {self.opsm_delta}")
+        self._check_gate()
+    def _check_gate(self):
+        "Raise unless `gate_low` / `gate_high` come with a `gate` and leave it a band, low <= high."
+        bounds = {k: getattr(self, k) for k in ("gate_low", "gate_high") if getattr(self, k) is not None}
+        if self.gate is None:
+            if bounds: raise ValueError(f"Algo.{next(iter(bounds))} bounds the gate that Algo.gate names, which is None: name a preset")
+            return
+        for k, v in bounds.items():
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v): raise ValueError(f"Algo.{k} must be a finite number or None, got {v!r}")
+        preset = _table("gate")[self.gate]
+        lo, hi = bounds.get("gate_low", preset.get("low")), bounds.get("gate_high", preset.get("high"))
+        if lo is not None and hi is not None and lo > hi: raise ValueError(f"Algo.gate {self.gate!r}: the band's low end {lo:g} is above its high end {hi:g} (gate_low, gate_high)")
+        if preset.get("metric", "ratio") == "ratio" and any(v < 0 for v in bounds.values()): raise ValueError(f"Algo.gate {self.gate!r} bounds a ratio: gate_low / gate_high must be >= 0")
     @property
     def uses_critic(self) -> bool: return self.adv in _table("critic")
 
@@ -207,7 +223,8 @@ def _dir_path(p:str) -> str|None:
 # (an Algo field as "algo.<field>")
 KEY_LATE = {"logprob_path": "auto", "lr_scheduler_type": "constant", "warmup_ratio": 0.0,
             "algo.sapo_temperature_pos": 1.0, "algo.sapo_temperature_neg": 1.05, "algo.vespo_k_pos": 2.0, "algo.vespo_lambda_pos": 3.0,
-            "algo.vespo_k_neg": 3.0, "algo.vespo_lambda_neg": 2.0}
+            "algo.vespo_k_neg": 3.0, "algo.vespo_lambda_neg": 2.0,
+            "algo.gate": None, "algo.gate_low": None, "algo.gate_high": None}
 _ABSENT = object()
 
 def _dotted(d:dict, k:str):
@@ -393,7 +410,7 @@ def eval_due(cfg:TrainConfig, step:int) -> bool:
 # the fields of the sampler/learner gap and of the KL's placement. A run that leaves them all at their defaults computes
 # what it computed before they existed, so `rl_notes.lab.lab_key` leaves them out of its key then
 OFFPOLICY_FIELDS = {"TrainConfig": ("sampler_dtype", "sampler_lag", "sampler_temperature"),
-                    "Algo": ("rs", "rs_low", "rs_high", "opsm_delta", "clip_anchor", "kl_in_reward", "kl_target", "kl_horizon",
+                    "Algo": ("rs", "rs_low", "rs_high", "opsm_delta", "gate", "gate_low", "gate_high", "clip_anchor", "kl_in_reward", "kl_target", "kl_horizon",
                              "ref_reset_every", "ref_mixup_alpha")}
 
 def offpolicy_settings(cfg:TrainConfig) -> dict:
