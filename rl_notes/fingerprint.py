@@ -264,6 +264,9 @@ NOT_BEHAVIOUR = {  # fields no micro run needs to set, and why
     **{f: "a parameter of the sapo / vespo loss (TRL's), checked against TRL's own `_compute_loss` on the same tensors in tests/test_trl_day2.py; "
           "a micro run of those losses would change the rl key"
        for f in ("sapo_temperature_pos", "sapo_temperature_neg", "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")},
+    **{f: "on-policy distillation (`18_distill`): the full-vocabulary reverse KL checked against TRL's GKD and distillation losses, and short runs "
+          "with a teacher (the reverse KL falls, resume is exact), in tests/test_distill.py; a micro run with a teacher would change the rl key"
+       for f in ("teacher", "distill_coef")},
 }
 UNCOVERED_TASKS = {"math": "needs a local data file (`data_files`) and a chat template the micro tokenizer lacks"}
 
