@@ -278,7 +278,7 @@ class TrainConfig:
     out_dir: str = _f("runs/run", check=_dir_path, help="metrics.jsonl, config.json and ckpt/ go here")
     resume: bool = _f(False, help="continue from out_dir/ckpt if it exists")
     overwrite: bool = _f(False, help="replace a previous run found in out_dir (without it, starting over one is refused)")
-    accept_changed: bool = _f(False, help="resume although the dataset, a reward file or the model changed since the checkpoint (their content hash differs)")
+    accept_changed: bool = _f(False, help="resume although the dataset, a reward file, the model or the teacher changed since the checkpoint (their content hash differs)")
     stop_at: int|None = _f(None, ge=0, help="stop after this step without the final checkpoint, as if killed (for tests)")
     threads: int|None = _f(None, ge=1, help="torch.set_num_threads; None: leave as is")
     progress: bool = _f(True, help="tqdm progress bar")
