@@ -162,3 +162,12 @@ def test_cli_options():
     text = " ".join(r.stdout.split())
     assert "--teacher TEACHER, --teacher-model-name-or-path TEACHER on-policy distillation" in text, text
     assert "--distill-coef DISTILL_COEF weight of the teacher's per-token advantage" in text and "(default 1.0)" in text
+
+
+def test_cli_refuses_pure_distillation_without_a_teacher(tmp_path):
+    "`--set adv=none` without `--teacher`: one line naming the fix, exit status 2, before any model loads."
+    code = "import sys; from rl_notes.cli import main; sys.exit(main(sys.argv[1:]))"
+    r = subprocess.run([sys.executable, "-c", code, "train", "--model", str(tmp_path), "--set", "adv=none", "--out", str(tmp_path / "run")],
+                       capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    lines = [l for l in r.stderr.splitlines() if l.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and "Algo.adv='none' gives every response advantage 0" in lines[0] and "--teacher" in lines[0], r.stderr
