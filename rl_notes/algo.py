@@ -20,9 +20,9 @@ from .offpolicy import gate, GATE_PRESETS, GATE_READS_ADV
 # %% auto #0
 __all__ = ['ADVANTAGE_ESTIMATORS', 'CRITIC_ESTIMATORS', 'POLICY_LOSSES', 'RS_LEVELS_GATE', 'TOKEN_MODIFIERS', 'Batch',
            'make_batch', 'adv_group', 'adv_group_mean', 'adv_group_batch', 'adv_gae', 'adv_correct', 'adv_rloo',
-           'adv_reinforce_pp', 'loss_clip', 'loss_nll', 'loss_gspo', 'loss_cispo', 'loss_sapo', 'loss_vespo',
-           'loss_kl_cov', 'Tokens', 'algo_gates', 'mod_tis', 'mod_rs', 'mod_opsm', 'mod_gate', 'mod_entropy',
-           'mod_clip_cov', 'modify_tokens']
+           'adv_reinforce_pp', 'adv_none', 'estimate_advantages', 'loss_clip', 'loss_nll', 'loss_gspo', 'loss_cispo',
+           'loss_sapo', 'loss_vespo', 'loss_kl_cov', 'Tokens', 'algo_gates', 'mod_tis', 'mod_rs', 'mod_opsm',
+           'mod_gate', 'mod_entropy', 'mod_clip_cov', 'modify_tokens']
 
 # %% ../nbs/17_algo.ipynb #0f68edbe
 @dataclass
@@ -40,12 +40,13 @@ class Batch:
     returns: torch.Tensor|None = None  # (B, T) value targets
     ref_logp: torch.Tensor|None = None  # (B, T) log-probs under the reference, when the reward needs them (`Algo.kl_in_reward`)
     kl_reward: torch.Tensor|None = None  # (B, T) -beta times the KL estimate per token, when the KL is in the reward
+    distill_adv: torch.Tensor|None = None  # (B, T) the teacher's per-token advantage -distill_coef k1, when a teacher scored the batch (`rl_notes.distill`)
 
     def rows(self, idx) -> Batch:
         "The rows `idx` (indices or a (B,) bool mask) of every per-response and per-token tensor."
         pick = lambda x: None if x is None else x[idx]
         return dataclasses.replace(self, ro=self.ro.select(idx), **{k: pick(getattr(self, k)) for k in
-                                   ("reward", "score", "correct", "mask", "loss_mask", "values", "adv", "returns", "ref_logp", "kl_reward")})
+                                   ("reward", "score", "correct", "mask", "loss_mask", "values", "adv", "returns", "ref_logp", "kl_reward", "distill_adv")})
 
 def make_batch(ro,  # sampled responses (an `rl_notes.rollout.Rollout`) (on the model's device)
                reward:torch.Tensor,  # (B,) verifier rewards (the task scores on the CPU)
@@ -104,10 +105,24 @@ def adv_reinforce_pp(algo, batch:Batch, reduce=None):
     "REINFORCE++-baseline: each reward minus its group mean, normalised over the global batch (`reduce` sums over processes); (B,)."
     return reinforce_pp_advantages(batch.score, batch.group_size, reduce=reduce), None
 
+def adv_none(algo, batch:Batch, reduce=None):
+    "No reward advantage, 0 for every response; with a teacher (`TrainConfig.teacher`) the run is pure on-policy distillation; (B,)."
+    return torch.zeros_like(batch.score), None
+
 # name -> fn(algo, batch, reduce) -> (advantages (B,) or (B, T), value targets (B, T) or None); a new estimator is one entry
 ADVANTAGE_ESTIMATORS = {"group": adv_group, "group-mean-only": adv_group_mean, "gae": adv_gae, "correct": adv_correct,
-                        "rloo": adv_rloo, "reinforce_pp": adv_reinforce_pp, "group-batch": adv_group_batch}
+                        "rloo": adv_rloo, "reinforce_pp": adv_reinforce_pp, "group-batch": adv_group_batch, "none": adv_none}
 CRITIC_ESTIMATORS = ("gae",)  # the estimators that read `batch.values` (the run builds a critic for them)
+
+# %% ../nbs/17_algo.ipynb #88ed9fe3
+def estimate_advantages(algo, batch:Batch,
+                        reduce=None,  # sums a tensor over data-parallel processes; None: this process
+                       ) -> tuple:
+    "The estimator's advantages and value targets (`ADVANTAGE_ESTIMATORS[algo.adv]`), plus the teacher's per-token advantage `batch.distill_adv` when a teacher scored the batch."
+    adv, returns = ADVANTAGE_ESTIMATORS[algo.adv](algo, batch, reduce)
+    if batch.distill_adv is None: return adv, returns
+    # $A_t = A^{\text{reward}} - \lambda\, k_{1,t}$: the response's (or GAE's token's) advantage plus the teacher's term, (B, T)
+    return (adv[:, None] if adv.dim() == 1 else adv) + batch.distill_adv, returns
 
 # %% ../nbs/17_algo.ipynb #bd40e055
 def loss_clip(algo,

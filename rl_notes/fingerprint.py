@@ -267,6 +267,9 @@ NOT_BEHAVIOUR = {  # fields no micro run needs to set, and why
     **{f: "a gate by name (`rl_notes.offpolicy.GATE_PRESETS`): the same `gate` that tis / rs / opsm_delta, set by micro runs, go through; "
           "each preset reproduces its function bit for bit in 16_offpolicy and tests/test_gate.py; a micro run of it would change the offpolicy key"
        for f in ("gate", "gate_low", "gate_high")},
+    **{f: "on-policy distillation (`18_distill`): the full-vocabulary reverse KL checked against TRL's GKD and distillation losses, and short runs "
+          "with a teacher (the reverse KL falls, resume is exact), in tests/test_distill.py; a micro run with a teacher would change the rl key"
+       for f in ("teacher", "distill_coef")},
 }
 UNCOVERED_TASKS = {"math": "needs a local data file (`data_files`) and a chat template the micro tokenizer lacks"}
 

@@ -24,9 +24,9 @@ from .checkpoint import CheckpointError
 from .cache import cache_dir, content_sha256
 from .trainconfig import (Algo, TrainConfig, RUN_CONTROL, PATH_FIELDS, late_absent, _dataset_label, _reward_file, content_changes, paths_read, lr_factor, eval_due,
                                   dir_problem, _check_extras, _warn_tiny_defaults)
-from .algo import Batch, make_batch, ADVANTAGE_ESTIMATORS, POLICY_LOSSES, Tokens, modify_tokens
+from .algo import Batch, make_batch, ADVANTAGE_ESTIMATORS, POLICY_LOSSES, Tokens, modify_tokens, estimate_advantages
 from .report import Meter, Reporter, MODEL_DIR, export_model, export_step, recover_model, TrainResult, named_row
-from .policies import Sampler, Reference
+from .policies import Sampler, Reference, Teacher, teacher_dir
 
 
 # %% auto #0
@@ -88,6 +88,7 @@ class Run:
     content: dict = field(default_factory=dict)  # content sha256 of what the run reads (`content_fingerprints`), kept in each checkpoint
     sampler: Sampler|None = None  # the policy that samples (`rl_notes.policies.Sampler`): the learner, or a copy in another dtype / lagging
     reference: Reference|None = None  # the reference of the KL term and its coefficient (`rl_notes.policies.Reference`)
+    teacher: Teacher|None = None  # on-policy distillation's teacher (`rl_notes.policies.Teacher`; without `teacher`: one that does nothing)
 
     def __post_init__(self):
         acc = self.acc
@@ -225,6 +226,7 @@ def content_fingerprints(cfg:TrainConfig,
     if model:
         out["model"] = content_sha256(model_dir or resolve_model(cfg.model))   # a hub id: its cached snapshot
         if cfg.critic_init and os.path.isdir(cfg.critic_init): out["critic_init"] = content_sha256(cfg.critic_init)   # a missing one: `load_reward_model` says so
+        if cfg.teacher: out["teacher"] = content_sha256(teacher_dir(cfg))   # a hub id: its cached snapshot; a missing one: one line naming `teacher`
     return out
 
 def check_content(run:Run, st:dict):
@@ -307,7 +309,7 @@ def setup(cfg:TrainConfig,  # the run
     preflight(cfg, train_rows, test_rows, model_dir, extras=False)   # what would fail later (every prompt rendered), before any weights load
     run = Run(cfg, accelerator, task, train_rows, test_rows, rewards=rewards, content=content_fingerprints(cfg, model_dir=model_dir),
               **_models(cfg, accelerator, model_dir))
-    run.sampler, run.reference = Sampler(cfg, run.gen_model), Reference(cfg, run.ref)   # the policies beside the learner
+    run.sampler, run.reference, run.teacher = Sampler(cfg, run.gen_model), Reference(cfg, run.ref), Teacher(cfg, run.tok, run.device)   # beside the learner
     try: _open_dir(run)
     except BaseException: run.close(); raise
     return run
@@ -354,8 +356,7 @@ def _rollout_metrics(run:Run, first:dict, keep:torch.Tensor, mt:Meter):
 @contextlib.contextmanager
 def _sampling(run:Run):
     "Generation in eval mode when gradient checkpointing is on (transformers turns the KV cache off in training mode then)."
-    m = run.gen_model
-    if not (run.cfg.gradient_checkpointing and m.training): yield; return
+    if not (run.cfg.gradient_checkpointing and (m := run.gen_model).training): yield; return
     m.eval()
     try: yield
     finally: m.train()
@@ -419,7 +420,7 @@ def _own_rows(run:Run, batch:Batch) -> Batch:
     return batch.rows(torch.arange(run.rank * n, (run.rank + 1) * n))
 
 def advantages(run:Run, batch:Batch, mt:Meter) -> Batch:
-    "Critic values at rollout time, then the algorithm's advantages and value targets (`ADVANTAGE_ESTIMATORS`), then this process's rows."
+    "Critic values at rollout time, then the algorithm's advantages and value targets (`ADVANTAGE_ESTIMATORS`, and a teacher's per token), then this process's rows."
     t0 = time.time()
     if run.critic is not None:
         with torch.no_grad(): batch.values = _values(run.critic, batch.ro)
@@ -428,8 +429,9 @@ def advantages(run:Run, batch:Batch, mt:Meter) -> Batch:
         batch.kl_reward = run.reference.reward(batch.score, batch.ro, batch.ref_logp, batch.mask)
         if run.critic is None: batch.score = batch.score + batch.kl_reward.sum(-1)
         mt.add("kl_reward", batch.kl_reward.sum(-1).mean(), len(batch.score))
+    run.teacher.score(batch, mt)   # on-policy distillation: -distill_coef k1 per token (`batch.distill_adv`), added to the estimator's
     # sharded rollouts: each process holds its own rows, so whitening sums over the processes; unsharded, each holds the whole batch
-    batch.adv, batch.returns = ADVANTAGE_ESTIMATORS[run.algo.adv](run.algo, batch, run.reduce if run.cfg.shard_rollouts else None)
+    batch.adv, batch.returns = estimate_advantages(run.algo, batch, run.reduce if run.cfg.shard_rollouts else None)
     batch = _own_rows(run, batch)
     a = batch.adv if batch.adv.dim() == 2 else batch.adv[:, None].expand(batch.mask.shape)   # (B, T)
     mt.add("adv_abs", masked_mean(a.abs(), batch.mask), float(batch.mask.sum()))
@@ -472,8 +474,7 @@ def _minibatches(run:Run, step:int, batch:Batch) -> list[tuple]:
 # %% ../nbs/33_trainer.ipynb #f84e8854
 def _kept(run:Run) -> str:
     "What is left on disk, for the message of `TrainingDiverged`."
-    return (f"the last checkpoint, {run.ckpt!r} (step {run.saved}), is kept" if run.saved is not None
-            else "no checkpoint had been written")
+    return f"the last checkpoint, {run.ckpt!r} (step {run.saved}), is kept" if run.saved is not None else "no checkpoint had been written"
 
 def _optimizer_step(run:Run, step:int, what:str, model, opt, loss:torch.Tensor,
                     backward:bool=True,  # False: the gradients are already there (micro-batches); `loss` is their total, for the check
@@ -563,8 +564,7 @@ def _policy_step(run:Run, step:int, mb:Batch, old_logp, ref_logp, n_tok:float, n
 # %% ../nbs/33_trainer.ipynb #68e6c920
 def _explained_var(run:Run, values:list, returns:list, masks:list) -> float|None:
     "Explained variance of the critic over all of the step's minibatches (and processes) pooled; None when it is undefined."
-    ev = float(explained_variance(torch.cat(values), torch.cat(returns), torch.cat(masks), reduce=run.reduce))
-    return None if math.isnan(ev) else ev
+    return None if math.isnan(ev := float(explained_variance(torch.cat(values), torch.cat(returns), torch.cat(masks), reduce=run.reduce))) else ev
 
 def update(run:Run, step:int, batch:Batch, mt:Meter):
     "`ppo_epochs` passes of `n_minibatches` optimizer steps over the batch: the policy's loss and (with a critic) the value loss."
