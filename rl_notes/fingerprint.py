@@ -264,6 +264,9 @@ NOT_BEHAVIOUR = {  # fields no micro run needs to set, and why
     **{f: "a parameter of the sapo / vespo loss (TRL's), checked against TRL's own `_compute_loss` on the same tensors in tests/test_trl_day2.py; "
           "a micro run of those losses would change the rl key"
        for f in ("sapo_temperature_pos", "sapo_temperature_neg", "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")},
+    **{f: "the entropy bonus (TRL's entropy_coef, fixed or adaptive), checked against TRL's own `_compute_loss` on the same tensors, and in short "
+          "runs with exact resume, in tests/test_entropy_bonus.py; a micro run of it would change the rl key"
+       for f in ("entropy_coef", "use_adaptive_entropy", "entropy_coef_min", "entropy_coef_max", "entropy_coef_delta", "entropy_target")},
 }
 UNCOVERED_TASKS = {"math": "needs a local data file (`data_files`) and a chat template the micro tokenizer lacks"}
 
