@@ -247,7 +247,7 @@ class EntropyBonus:
         if self._n is None:                                                        # the step's first micro-batch: N once (a collective with `keep`)
             n = None if keep_all is None else keep_all.sum().double()
             self._n = n_tok if n is None else float(n if reduce is None else reduce(n))
-        s = (ent.detach().double() * m).sum()
+        s = torch.where(m, ent.detach().double(), 0.0).sum()                      # this micro-batch's part of the step's entropy sum
         self._sum = s if self._sum is None else self._sum + s
         return entropy_bonus(ent, m, self.applied, global_tokens=max(self._n, 1.0))[0]
 
