@@ -254,6 +254,17 @@ def test_micro_batches_change_no_number(micro_sft, tmp_path, kw):
         assert r3[k] == pytest.approx(r0[k], rel=1e-5, abs=1e-8), k
 
 
+def test_hidden_state_path_carries_the_bonus(micro_sft, tmp_path):
+    "logprob_path='hidden' (the entropy from the hidden states and the head, tile by tile) gives the bonus's gradient of the logits path."
+    from rl_notes.trainer import train
+    cfg = dict(algo=get_algo("grpo", beta=0.0, entropy_coef=0.5), **small(micro_sft, steps=1, n_eval=0))
+    a = train(TrainConfig(out_dir=str(tmp_path / "logits"), logprob_path="logits", **cfg))[-1]
+    b = train(TrainConfig(out_dir=str(tmp_path / "hidden"), logprob_path="hidden", **cfg))[-1]
+    off = train(TrainConfig(out_dir=str(tmp_path / "off"), logprob_path="logits", **{**cfg, "algo": get_algo("grpo", beta=0.0)}))[-1]
+    for k in ("grad_norm", "entropy_bonus", "entropy", "loss"): assert b[k] == pytest.approx(a[k], rel=1e-4, abs=1e-7), k
+    assert a["grad_norm"] != pytest.approx(off["grad_norm"], rel=1e-3)                     # the bonus moved the gradient
+
+
 @pytest.mark.many_runs
 @pytest.mark.parametrize("target", [2.4, 10.0])
 def test_resume_is_exact(micro_sft, tmp_path, target):
