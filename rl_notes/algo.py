@@ -4,7 +4,7 @@
 
 # %% ../nbs/17_algo.ipynb #ec36773b
 from __future__ import annotations
-import dataclasses
+import math, dataclasses
 from dataclasses import dataclass
 from typing import Callable
 import torch
@@ -14,15 +14,16 @@ from .dapo import overlong_filter_mask
 from .grpo import group_advantages, grpo_loss
 from .vapo import decoupled_gae
 from .family import (rloo_advantages, reinforce_pp_advantages, gspo_loss, cispo_loss, sapo_loss, vespo_loss, kl_cov_loss, nll_loss,
-                             high_entropy_mask, clip_cov_mask)
+                             high_entropy_mask, clip_cov_mask, entropy_bonus, adapt_entropy_coef, gated_entropy_coef)
 from .offpolicy import gate, GATE_PRESETS, GATE_READS_ADV
+
 
 # %% auto #0
 __all__ = ['ADVANTAGE_ESTIMATORS', 'CRITIC_ESTIMATORS', 'POLICY_LOSSES', 'RS_LEVELS_GATE', 'TOKEN_MODIFIERS', 'Batch',
            'make_batch', 'adv_group', 'adv_group_mean', 'adv_group_batch', 'adv_gae', 'adv_correct', 'adv_rloo',
            'adv_reinforce_pp', 'adv_none', 'estimate_advantages', 'loss_clip', 'loss_nll', 'loss_gspo', 'loss_cispo',
            'loss_sapo', 'loss_vespo', 'loss_kl_cov', 'Tokens', 'algo_gates', 'mod_tis', 'mod_rs', 'mod_opsm',
-           'mod_gate', 'mod_entropy', 'mod_clip_cov', 'modify_tokens']
+           'mod_gate', 'mod_entropy', 'mod_clip_cov', 'modify_tokens', 'micro_share', 'EntropyBonus']
 
 # %% ../nbs/17_algo.ipynb #0f68edbe
 @dataclass
@@ -253,3 +254,64 @@ def modify_tokens(algo, t:Tokens) -> tuple[torch.Tensor, torch.Tensor|None]:
         if kind == "adv": adv = (adv if adv.dim() == 2 else adv[:, None].expand(t.mask.shape)) * x
         else: keep = (t.mask.bool() if keep is None else keep) & x
     return adv, keep
+
+# %% ../nbs/17_algo.ipynb #f4ac2190
+def micro_share(algo, mask:torch.Tensor,  # (b, T) a micro-batch's loss mask
+                whole:torch.Tensor,  # (B, T) its minibatch's loss mask
+               ) -> float:
+    "The weight of a micro-batch's policy loss in its minibatch's, by the aggregation's divisor (`algo.agg`)."
+    if algo.agg == "token-mean": return 1.0                                     # divided by the minibatch's global token count already
+    if algo.agg == "seq-mean-token-sum-norm": return len(mask) / max(len(whole), 1)
+    n = float((whole.sum(-1) > 0).sum())                                        # the sequences the mean runs over
+    return float((mask.sum(-1) > 0).sum()) / n if n else 0.0
+
+class EntropyBonus:
+    "The entropy bonus of the policy loss (`entropy_coef`, `use_adaptive_entropy`): its coefficient, fixed or adapted after each optimizer step; its term per micro-batch; what a checkpoint keeps."
+    def __init__(self, algo):
+        self.algo, self.coef, self.last = algo, algo.entropy_coef, math.inf       # last: the previous optimizer step's entropy (inf: none yet)
+        self.on = algo.entropy_coef != 0 or algo.use_adaptive_entropy             # as TRL: adaptive stays on at c = 0, so the bonus can come back
+        self._n, self._sum = None, None                                            # the optimizer step's token count and entropy sum
+
+    @property
+    def applied(self) -> float:
+        "The coefficient the optimizer step under way applies: the fixed one, or the adaptive one behind its gate."
+        a = self.algo
+        return gated_entropy_coef(self.coef, self.last, a.entropy_target) if a.use_adaptive_entropy else self.coef
+
+    def term(self, ent:torch.Tensor,  # (b, T) the micro-batch's entropies, with their gradient
+             mask:torch.Tensor,  # (b, T) its loss mask
+             keep:torch.Tensor|None,  # (b, T) its tokens that keep their gradient (`modify_tokens`, within `mask`); None: all of `mask`
+             keep_all:torch.Tensor|None,  # (B, T) the same for the whole minibatch; None when `keep` is None
+             n_tok:float,  # the minibatch's loss-mask tokens on every process
+             reduce=None,  # sums a tensor over processes; None: one process
+            ) -> torch.Tensor:
+        "The micro-batch's part of -c H-bar over the optimizer step's tokens that keep their gradient, N of them on all processes; every process calls it."
+        m = mask.bool() if keep is None else keep
+        if self._n is None:                                                        # the step's first micro-batch: N once (a collective with `keep`)
+            n = None if keep_all is None else keep_all.sum().double()
+            self._n = n_tok if n is None else float(n if reduce is None else reduce(n))
+        s = torch.where(m, ent.detach().double(), 0.0).sum()                      # this micro-batch's part of the step's entropy sum
+        self._sum = s if self._sum is None else self._sum + s
+        return entropy_bonus(ent, m, self.applied, global_tokens=max(self._n, 1.0))[0]
+
+    def step(self, reduce, mt):
+        "After the optimizer step's micro-batches: its mean entropy over all processes moves the adaptive coefficient; `entropy_bonus` and `entropy_coef` logged."
+        if not self.on: return
+        a, s = self.algo, self._sum if reduce is None else reduce(self._sum)
+        H = float(s) / max(self._n, 1.0)                                           # the step's mean entropy, as TRL's controller reads it
+        mt.add("entropy_bonus", 0.0 - self.applied * H, 1)
+        if a.use_adaptive_entropy:
+            self.coef, self.last = adapt_entropy_coef(self.coef, H, a.entropy_target, a.entropy_coef_delta, a.entropy_coef_min, a.entropy_coef_max), H
+        mt.add("entropy_coef", self.coef, 1)
+        self._n, self._sum = None, None
+
+    def state(self) -> tuple[dict, dict]:
+        "(JSON extras, tensors) a checkpoint keeps: the adaptive coefficient and the entropy its gate reads."
+        if not self.algo.use_adaptive_entropy: return {}, {}
+        return {"entropy_coef": self.coef, "entropy_last": None if math.isinf(self.last) else self.last}, {}
+
+    def restore(self, extra:dict, tensors:dict):
+        "Put back what `state` kept."
+        if self.algo.use_adaptive_entropy and "entropy_coef" in extra:
+            self.coef, last = float(extra["entropy_coef"]), extra.get("entropy_last")
+            self.last = math.inf if last is None else float(last)

@@ -270,6 +270,9 @@ NOT_BEHAVIOUR = {  # fields no micro run needs to set, and why
     **{f: "on-policy distillation (`18_distill`): the full-vocabulary reverse KL checked against TRL's GKD and distillation losses, and short runs "
           "with a teacher (the reverse KL falls, resume is exact), in tests/test_distill.py; a micro run with a teacher would change the rl key"
        for f in ("teacher", "distill_coef")},
+    **{f: "the entropy bonus (TRL's entropy_coef, fixed or adaptive), checked against TRL's own `_compute_loss` on the same tensors, and in short "
+          "runs with exact resume, in tests/test_entropy_bonus.py; a micro run of it would change the rl key"
+       for f in ("entropy_coef", "use_adaptive_entropy", "entropy_coef_min", "entropy_coef_max", "entropy_coef_delta", "entropy_target")},
 }
 UNCOVERED_TASKS = {"math": "needs a local data file (`data_files`) and a chat template the micro tokenizer lacks"}
 

@@ -96,6 +96,12 @@ class Algo:
     vespo_lambda_pos: float = _f(3.0, gt=0)  # VESPO: lambda where A >= 0
     vespo_k_neg: float = _f(3.0, ge=0)  # VESPO: k where A < 0
     vespo_lambda_neg: float = _f(2.0, gt=0)  # VESPO: lambda where A < 0
+    entropy_coef: float = 0.0  # c of the entropy bonus: the loss gets -c x the mean entropy of the tokens that keep their gradient (TRL's name and default; 0: off); with use_adaptive_entropy, the coefficient's start
+    use_adaptive_entropy: bool = False  # Skywork-OR1's adaptive entropy control (TRL's): after each optimizer step c moves by entropy_coef_delta, up when that step's entropy <= entropy_target, down otherwise; the bonus acts only after a step at or below the target
+    entropy_coef_min: float = _f(0.0, ge=0)  # the adaptive coefficient's lower bound (TRL's name and default)
+    entropy_coef_max: float = _f(1.0, ge=0)  # its upper bound
+    entropy_coef_delta: float = _f(0.005, ge=0)  # its step per optimizer step
+    entropy_target: float = _f(0.2, ge=0)  # the entropy it holds, nats per token over the tokens the bonus acts on (TRL's default 0.2 engages only near a collapse: set it near the entropy early in training)
 
     def __post_init__(self):
         validate_config(self)
@@ -112,6 +118,11 @@ class Algo:
                              f"({self.tis_c_max:g}, vllm_importance_sampling_clip_max)")
         if self.opsm_delta is not None and not self.opsm_delta >= 0:   # a negative delta masks every response with A < 0
             raise ValueError(f"Algo.opsm_delta (TRL's off_policy_mask_threshold) must be >= 0 or None, got {self.opsm_delta}")
+        lo, hi = self.entropy_coef_min, self.entropy_coef_max
+        if lo > hi: raise ValueError(f"Algo.entropy_coef_min ({lo:g}) must be <= Algo.entropy_coef_max ({hi:g})")
+        if self.use_adaptive_entropy and not lo <= self.entropy_coef <= hi:
+            raise ValueError(f"Algo.entropy_coef ({self.entropy_coef:g}), where use_adaptive_entropy starts, must lie in "
+                             f"[entropy_coef_min, entropy_coef_max] = [{lo:g}, {hi:g}]")
         self._check_gate()
     def _check_gate(self):
         "Raise unless `gate_low` / `gate_high` come with a `gate` and leave it a band, low <= high."
@@ -224,7 +235,9 @@ def _dir_path(p:str) -> str|None:
 KEY_LATE = {"logprob_path": "auto", "lr_scheduler_type": "constant", "warmup_ratio": 0.0,
             "algo.sapo_temperature_pos": 1.0, "algo.sapo_temperature_neg": 1.05, "algo.vespo_k_pos": 2.0, "algo.vespo_lambda_pos": 3.0,
             "algo.vespo_k_neg": 3.0, "algo.vespo_lambda_neg": 2.0,
-            "algo.gate": None, "algo.gate_low": None, "algo.gate_high": None, "teacher": None, "distill_coef": 1.0}
+            "algo.gate": None, "algo.gate_low": None, "algo.gate_high": None, "teacher": None, "distill_coef": 1.0,
+            "algo.entropy_coef": 0.0, "algo.use_adaptive_entropy": False, "algo.entropy_coef_min": 0.0, "algo.entropy_coef_max": 1.0,
+            "algo.entropy_coef_delta": 0.005, "algo.entropy_target": 0.2}
 _ABSENT = object()
 
 def _dotted(d:dict, k:str):

@@ -24,7 +24,7 @@ from .checkpoint import CheckpointError
 from .cache import cache_dir, content_sha256
 from .trainconfig import (Algo, TrainConfig, RUN_CONTROL, PATH_FIELDS, late_absent, _dataset_label, _reward_file, content_changes, paths_read, lr_factor, eval_due,
                                   dir_problem, _check_extras, _warn_tiny_defaults)
-from .algo import Batch, make_batch, ADVANTAGE_ESTIMATORS, POLICY_LOSSES, Tokens, modify_tokens, estimate_advantages
+from .algo import Batch, make_batch, ADVANTAGE_ESTIMATORS, POLICY_LOSSES, Tokens, modify_tokens, estimate_advantages, micro_share, EntropyBonus
 from .report import Meter, Reporter, MODEL_DIR, export_model, export_step, recover_model, TrainResult, named_row
 from .policies import Sampler, Reference, Teacher, teacher_dir
 
@@ -89,6 +89,7 @@ class Run:
     sampler: Sampler|None = None  # the policy that samples (`rl_notes.policies.Sampler`): the learner, or a copy in another dtype / lagging
     reference: Reference|None = None  # the reference of the KL term and its coefficient (`rl_notes.policies.Reference`)
     teacher: Teacher|None = None  # on-policy distillation's teacher (`rl_notes.policies.Teacher`; without `teacher`: one that does nothing)
+    bonus: EntropyBonus|None = None  # the entropy bonus of the policy loss, its coefficient fixed or adaptive (`rl_notes.algo.EntropyBonus`)
 
     def __post_init__(self):
         acc = self.acc
@@ -273,9 +274,9 @@ def _open_dir(run:Run):
 
 # %% ../nbs/33_trainer.ipynb #4623c947
 def _ckpt_extras(run:Run) -> dict:
-    "What a checkpoint keeps besides the models: the content hashes, and the union of the reference's and the sampler's states."
-    (rx, rt), (sx, st) = run.reference.state(), run.sampler.state()
-    return dict(extra={"content": run.content, **rx, **sx}, tensors={**rt, **st} or None)
+    "What a checkpoint keeps besides the models: the content hashes, and the union of the reference's, the sampler's and the entropy bonus's states."
+    (rx, rt), (sx, st), (bx, _) = run.reference.state(), run.sampler.state(), run.bonus.state()
+    return dict(extra={"content": run.content, **rx, **sx, **bx}, tensors={**rt, **st} or None)
 
 def _ckpt_tensor_names(run:Run, st:dict|None) -> tuple:
     "The extra tensor files that `_ckpt_extras` wrote into the checkpoint whose state is `st`."
@@ -284,7 +285,7 @@ def _ckpt_tensor_names(run:Run, st:dict|None) -> tuple:
 def _restore_extras(run:Run, st:dict):
     "Put back what `_ckpt_extras` kept."
     ex, ts = st.get("extra", {}), st.get("tensors", {})
-    run.reference.restore(ex, ts); run.sampler.restore(ex, ts)
+    run.reference.restore(ex, ts); run.sampler.restore(ex, ts); run.bonus.restore(ex, ts)
 
 
 # %% ../nbs/33_trainer.ipynb #dad13968
@@ -309,7 +310,7 @@ def setup(cfg:TrainConfig,  # the run
     preflight(cfg, train_rows, test_rows, model_dir, extras=False)   # what would fail later (every prompt rendered), before any weights load
     run = Run(cfg, accelerator, task, train_rows, test_rows, rewards=rewards, content=content_fingerprints(cfg, model_dir=model_dir),
               **_models(cfg, accelerator, model_dir))
-    run.sampler, run.reference, run.teacher = Sampler(cfg, run.gen_model), Reference(cfg, run.ref), Teacher(cfg, run.tok, run.device)   # beside the learner
+    run.sampler, run.reference, run.teacher, run.bonus = Sampler(cfg, run.gen_model), Reference(cfg, run.ref), Teacher(cfg, run.tok, run.device), EntropyBonus(cfg.algo)   # beside the learner; the entropy bonus
     try: _open_dir(run)
     except BaseException: run.close(); raise
     return run
@@ -504,13 +505,6 @@ def _critic_step(run:Run, step:int, mb:Batch, mask:torch.Tensor, n_tok:float, mt
     return values.detach(), vgn
 
 # %% ../nbs/33_trainer.ipynb #dc0963ae
-def _micro_share(algo:Algo, mask:torch.Tensor, whole:torch.Tensor) -> float:
-    "The weight of a micro-batch's loss (its (b, T) loss mask) in its minibatch's (mask `whole`), by the aggregation's divisor."
-    if algo.agg == "token-mean": return 1.0                                     # divided by the minibatch's global token count already
-    if algo.agg == "seq-mean-token-sum-norm": return len(mask) / max(len(whole), 1)
-    n = float((whole.sum(-1) > 0).sum())                                        # the sequences the mean runs over
-    return float((mask.sum(-1) > 0).sum()) / n if n else 0.0
-
 def _minibatch_tokens(run:Run, mb:Batch, parts:list):
     "(advantages, keep) of the whole minibatch from a pass without gradients, when a modifier ranks tokens over it; else None."
     algo, cfg = run.algo, run.cfg
@@ -521,7 +515,7 @@ def _minibatch_tokens(run:Run, mb:Batch, parts:list):
     return torch.cat(lp), torch.cat(en)
 
 def _policy_step(run:Run, step:int, mb:Batch, old_logp, ref_logp, n_tok:float, n_pos:float, mt:Meter):
-    "One policy update on minibatch `mb`, whole or in micro-batches of `micro_batch_size` rows (each one's share of the loss back-propagated): the per-token modifiers, the algorithm's loss (`POLICY_LOSSES`), VAPO's LM loss on correct responses, then one optimizer step."
+    "One policy update on minibatch `mb`, whole or in micro-batches of `micro_batch_size` rows (each one's share of the loss back-propagated): the per-token modifiers, the algorithm's loss (`POLICY_LOSSES`), the entropy bonus, VAPO's LM loss on correct responses, then one optimizer step."
     cfg, algo, B = run.cfg, run.loss_algo, len(mb.ro)
     k = cfg.micro_batch_size if cfg.micro_batch_size and cfg.micro_batch_size < B else B
     parts = [slice(s, min(s + k, B)) for s in range(0, B, k)]
@@ -540,8 +534,9 @@ def _policy_step(run:Run, step:int, mb:Batch, old_logp, ref_logp, n_tok:float, n
         lp = logp if keep is None else torch.where(keep, logp, logp.detach())                      # outside `keep`: no gradient
         loss, pm = POLICY_LOSSES[algo.loss](algo, lp, old, None if ref_logp is None else ref_logp[s], adv, c.loss_mask, max_tokens=cfg.max_new_tokens,
                                             global_tokens=max(n_tok, 1.0) if tm else None, reduce=run.reduce)
-        part = _dp_global(run, loss * (1.0 if one else _micro_share(algo, c.loss_mask, mb.loss_mask)), tm)
+        part = _dp_global(run, loss * (1.0 if one else micro_share(algo, c.loss_mask, mb.loss_mask)), tm)
         pg_total += float(part.detach())
+        if run.bonus.on: part = part + _dp_global(run, run.bonus.term(ent, c.loss_mask, keep, keep if pre is None else keep_all, n_tok, run.reduce))
         if algo.mu > 0 and n_pos > 0:   # no correct response on any process: no LM term
             lm, lmm = positive_lm_loss(logp, c.loss_mask, c.correct, mu=algo.mu, global_tokens=n_pos)
             part = part + _dp_global(run, lm); lm_total += float(_dp_global(run, lmm["nll"]))
@@ -556,6 +551,7 @@ def _policy_step(run:Run, step:int, mb:Batch, old_logp, ref_logp, n_tok:float, n
     if algo.mu > 0:
         if n_pos > 0: mt.add("lm_loss", lm_total, 1)
         mt.add("lm_loss", 0.0, 0)
+    run.bonus.step(run.reduce, mt)                                             # the adaptive coefficient moves; entropy_coef, entropy_bonus
     gn = _optimizer_step(run, step, "policy", run.policy, run.opt, torch.tensor(total), backward=False)
     mt.add("loss", pg_total, 1); mt.add("grad_norm", gn, 1)
     if not one: mt.add("micro_batches", len(parts), 1)
