@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse, dataclasses, functools, json, os, platform, stat, sys, yaml, time, traceback, typing, warnings
 from pathlib import Path
 from typing import NamedTuple
-from .trainconfig import PRESETS, TRL_TRAIN, Algo, TrainConfig, SFTConfig  # the settings: they import no torch (a test checks)
+from .trainconfig import PRESETS, PRESET_TRAIN, Algo, TrainConfig, SFTConfig  # the settings: they import no torch (a test checks)
 
 
 # %% auto #0
@@ -475,7 +475,7 @@ def _train(a) -> int:
     rewards = a.reward or []                                   # (spec, weight or None); an unweighted function weighs 1
     weights = [1.0 if w is None else w for _, w in rewards] if any(w is not None for _, w in rewards) else None
     given = {**_given(a, "TrainConfig", TRAIN_HAND), **trl}
-    if a.algo == "trl": given = {**TRL_TRAIN, **given}       # GRPOConfig's learning rate, completion length and schedule
+    given = {**PRESET_TRAIN.get(a.algo, {}), **given}       # trl: GRPOConfig's lr, completion length, schedule; flash_reinforce: G = 1
     with warnings.catch_warnings(record=True) as caught:       # TRL's names that act only together (`from_trl`): one line each
         warnings.simplefilter("always")
         cfg = TrainConfig(model=a.model, algo=get_algo(a.algo, **{**_trl_set(a), **dict(a.algo_set or [])}), task=a.task or "addition",

@@ -24,7 +24,7 @@ from .checkpoint import CheckpointError
 from .cache import cache_dir, content_sha256
 from .trainconfig import (Algo, TrainConfig, RUN_CONTROL, PATH_FIELDS, late_absent, _dataset_label, _reward_file, content_changes, paths_read, lr_factor, eval_due,
                                   dir_problem, _check_extras, _warn_tiny_defaults)
-from .algo import Batch, make_batch, ADVANTAGE_ESTIMATORS, POLICY_LOSSES, Tokens, modify_tokens
+from .algo import Batch, make_batch, ADVANTAGE_ESTIMATORS, POLICY_LOSSES, Tokens, modify_tokens, loss_logs
 from .report import Meter, Reporter, MODEL_DIR, export_model, export_step, recover_model, TrainResult, named_row
 from .policies import Sampler, Reference
 
@@ -546,9 +546,9 @@ def _policy_step(run:Run, step:int, mb:Batch, old_logp, ref_logp, n_tok:float, n
             part = part + _dp_global(run, lm); lm_total += float(_dp_global(run, lmm["nll"]))
         run.acc.backward(part)
         total += float(part.detach())
-        w = float(c.loss_mask.sum())
-        mt.add("entropy", masked_mean(ent.detach(), c.loss_mask), w)
+        w = float(c.loss_mask.sum()); mt.add("entropy", masked_mean(ent.detach(), c.loss_mask), w)
         for k in ("clipfrac", "clipfrac_low", "clipfrac_high", "approx_kl", "ratio_mean"): mt.add(k, pm[k], w)
+        for k, v, n in loss_logs(algo, pm, c.loss_mask): mt.add(k, v, n)                            # the loss's own metrics (`LOSS_LOGS`)
         mt.add("kl_ref", pm.get("kl", 0.0), w if "kl" in pm else 0)
         for k, trl in (("clipfrac_low", "low_mean"), ("clipfrac_high", "high_mean"), ("clipfrac", "region_mean")): mt.add(f"clip_ratio/{trl}", pm[k], w)   # TRL's names
         mt.add("kl", pm.get("kl", 0.0), w if "kl" in pm else 0)                                                          # TRL's name of kl_ref
