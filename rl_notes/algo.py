@@ -4,7 +4,7 @@
 
 # %% ../nbs/17_algo.ipynb #ec36773b
 from __future__ import annotations
-import dataclasses
+import math, dataclasses
 from dataclasses import dataclass
 from typing import Callable
 import torch
@@ -14,15 +14,18 @@ from .dapo import overlong_filter_mask
 from .grpo import group_advantages, grpo_loss
 from .vapo import decoupled_gae
 from .family import (rloo_advantages, reinforce_pp_advantages, gspo_loss, cispo_loss, sapo_loss, vespo_loss, kl_cov_loss, nll_loss,
-                             high_entropy_mask, clip_cov_mask, batch_mean_advantages, flash_reinforce_loss)
+                             high_entropy_mask, clip_cov_mask, entropy_bonus, adapt_entropy_coef, gated_entropy_coef,
+                             batch_mean_advantages, flash_reinforce_loss)
 from .offpolicy import gate, GATE_PRESETS, GATE_READS_ADV
+
 
 # %% auto #0
 __all__ = ['ADVANTAGE_ESTIMATORS', 'CRITIC_ESTIMATORS', 'GROUP_FREE_ESTIMATORS', 'POLICY_LOSSES', 'LOSS_LOGS', 'RS_LEVELS_GATE',
            'TOKEN_MODIFIERS', 'Batch', 'make_batch', 'adv_group', 'adv_group_mean', 'adv_group_batch', 'adv_gae',
-           'adv_correct', 'adv_rloo', 'adv_reinforce_pp', 'adv_batch_mean', 'loss_clip', 'loss_nll', 'loss_gspo',
-           'loss_cispo', 'loss_sapo', 'loss_vespo', 'loss_kl_cov', 'loss_flash_reinforce', 'loss_logs', 'Tokens',
-           'algo_gates', 'mod_tis', 'mod_rs', 'mod_opsm', 'mod_gate', 'mod_entropy', 'mod_clip_cov', 'modify_tokens']
+           'adv_correct', 'adv_rloo', 'adv_reinforce_pp', 'adv_none', 'adv_batch_mean', 'estimate_advantages',
+           'loss_clip', 'loss_nll', 'loss_gspo', 'loss_cispo', 'loss_sapo', 'loss_vespo', 'loss_kl_cov',
+           'loss_flash_reinforce', 'loss_logs', 'Tokens', 'algo_gates', 'mod_tis', 'mod_rs', 'mod_opsm', 'mod_gate',
+           'mod_entropy', 'mod_clip_cov', 'modify_tokens', 'micro_share', 'EntropyBonus']
 
 # %% ../nbs/17_algo.ipynb #0f68edbe
 @dataclass
@@ -40,12 +43,13 @@ class Batch:
     returns: torch.Tensor|None = None  # (B, T) value targets
     ref_logp: torch.Tensor|None = None  # (B, T) log-probs under the reference, when the reward needs them (`Algo.kl_in_reward`)
     kl_reward: torch.Tensor|None = None  # (B, T) -beta times the KL estimate per token, when the KL is in the reward
+    distill_adv: torch.Tensor|None = None  # (B, T) the teacher's per-token advantage -distill_coef k1, when a teacher scored the batch (`rl_notes.distill`)
 
     def rows(self, idx) -> Batch:
         "The rows `idx` (indices or a (B,) bool mask) of every per-response and per-token tensor."
         pick = lambda x: None if x is None else x[idx]
         return dataclasses.replace(self, ro=self.ro.select(idx), **{k: pick(getattr(self, k)) for k in
-                                   ("reward", "score", "correct", "mask", "loss_mask", "values", "adv", "returns", "ref_logp", "kl_reward")})
+                                   ("reward", "score", "correct", "mask", "loss_mask", "values", "adv", "returns", "ref_logp", "kl_reward", "distill_adv")})
 
 def make_batch(ro,  # sampled responses (an `rl_notes.rollout.Rollout`) (on the model's device)
                reward:torch.Tensor,  # (B,) verifier rewards (the task scores on the CPU)
@@ -104,17 +108,34 @@ def adv_reinforce_pp(algo, batch:Batch, reduce=None):
     "REINFORCE++-baseline: each reward minus its group mean, normalised over the global batch (`reduce` sums over processes); (B,)."
     return reinforce_pp_advantages(batch.score, batch.group_size, reduce=reduce), None
 
+def adv_none(algo, batch:Batch, reduce=None):
+    "No reward advantage, 0 for every response; with a teacher (`TrainConfig.teacher`) the run is pure on-policy distillation; (B,)."
+    return torch.zeros_like(batch.score), None
+
+
 def adv_batch_mean(algo, batch:Batch,
                    reduce=None,  # sums a tensor over data-parallel processes (the mean of every process's rewards); None: this process
                   ):
     "FlashREINFORCE: each reward minus the mean reward of the whole batch (over all processes), no std; any G, G = 1 included; (B,)."
     return batch_mean_advantages(batch.score, reduce=reduce), None
 
+
 # name -> fn(algo, batch, reduce) -> (advantages (B,) or (B, T), value targets (B, T) or None); a new estimator is one entry
 ADVANTAGE_ESTIMATORS = {"group": adv_group, "group-mean-only": adv_group_mean, "gae": adv_gae, "correct": adv_correct,
-                        "rloo": adv_rloo, "reinforce_pp": adv_reinforce_pp, "group-batch": adv_group_batch, "batch-mean": adv_batch_mean}
+                        "rloo": adv_rloo, "reinforce_pp": adv_reinforce_pp, "group-batch": adv_group_batch, "none": adv_none, "batch-mean": adv_batch_mean}
 CRITIC_ESTIMATORS = ("gae",)  # the estimators that read `batch.values` (the run builds a critic for them)
-GROUP_FREE_ESTIMATORS = ("batch-mean",)  # estimators without a critic that need no group either: they work with one response per prompt
+GROUP_FREE_ESTIMATORS = ("batch-mean", "none")  # estimators without a critic that need no group either: they work with one response per prompt
+
+
+# %% ../nbs/17_algo.ipynb #88ed9fe3
+def estimate_advantages(algo, batch:Batch,
+                        reduce=None,  # sums a tensor over data-parallel processes; None: this process
+                       ) -> tuple:
+    "The estimator's advantages and value targets (`ADVANTAGE_ESTIMATORS[algo.adv]`), plus the teacher's per-token advantage `batch.distill_adv` when a teacher scored the batch."
+    adv, returns = ADVANTAGE_ESTIMATORS[algo.adv](algo, batch, reduce)
+    if batch.distill_adv is None: return adv, returns
+    # $A_t = A^{\text{reward}} - \lambda\, k_{1,t}$: the response's (or GAE's token's) advantage plus the teacher's term, (B, T)
+    return (adv[:, None] if adv.dim() == 1 else adv) + batch.distill_adv, returns
 
 # %% ../nbs/17_algo.ipynb #bd40e055
 def loss_clip(algo,
@@ -261,3 +282,64 @@ def modify_tokens(algo, t:Tokens) -> tuple[torch.Tensor, torch.Tensor|None]:
         if kind == "adv": adv = (adv if adv.dim() == 2 else adv[:, None].expand(t.mask.shape)) * x
         else: keep = (t.mask.bool() if keep is None else keep) & x
     return adv, keep
+
+# %% ../nbs/17_algo.ipynb #f4ac2190
+def micro_share(algo, mask:torch.Tensor,  # (b, T) a micro-batch's loss mask
+                whole:torch.Tensor,  # (B, T) its minibatch's loss mask
+               ) -> float:
+    "The weight of a micro-batch's policy loss in its minibatch's, by the aggregation's divisor (`algo.agg`)."
+    if algo.agg == "token-mean": return 1.0                                     # divided by the minibatch's global token count already
+    if algo.agg == "seq-mean-token-sum-norm": return len(mask) / max(len(whole), 1)
+    n = float((whole.sum(-1) > 0).sum())                                        # the sequences the mean runs over
+    return float((mask.sum(-1) > 0).sum()) / n if n else 0.0
+
+class EntropyBonus:
+    "The entropy bonus of the policy loss (`entropy_coef`, `use_adaptive_entropy`): its coefficient, fixed or adapted after each optimizer step; its term per micro-batch; what a checkpoint keeps."
+    def __init__(self, algo):
+        self.algo, self.coef, self.last = algo, algo.entropy_coef, math.inf       # last: the previous optimizer step's entropy (inf: none yet)
+        self.on = algo.entropy_coef != 0 or algo.use_adaptive_entropy             # as TRL: adaptive stays on at c = 0, so the bonus can come back
+        self._n, self._sum = None, None                                            # the optimizer step's token count and entropy sum
+
+    @property
+    def applied(self) -> float:
+        "The coefficient the optimizer step under way applies: the fixed one, or the adaptive one behind its gate."
+        a = self.algo
+        return gated_entropy_coef(self.coef, self.last, a.entropy_target) if a.use_adaptive_entropy else self.coef
+
+    def term(self, ent:torch.Tensor,  # (b, T) the micro-batch's entropies, with their gradient
+             mask:torch.Tensor,  # (b, T) its loss mask
+             keep:torch.Tensor|None,  # (b, T) its tokens that keep their gradient (`modify_tokens`, within `mask`); None: all of `mask`
+             keep_all:torch.Tensor|None,  # (B, T) the same for the whole minibatch; None when `keep` is None
+             n_tok:float,  # the minibatch's loss-mask tokens on every process
+             reduce=None,  # sums a tensor over processes; None: one process
+            ) -> torch.Tensor:
+        "The micro-batch's part of -c H-bar over the optimizer step's tokens that keep their gradient, N of them on all processes; every process calls it."
+        m = mask.bool() if keep is None else keep
+        if self._n is None:                                                        # the step's first micro-batch: N once (a collective with `keep`)
+            n = None if keep_all is None else keep_all.sum().double()
+            self._n = n_tok if n is None else float(n if reduce is None else reduce(n))
+        s = torch.where(m, ent.detach().double(), 0.0).sum()                      # this micro-batch's part of the step's entropy sum
+        self._sum = s if self._sum is None else self._sum + s
+        return entropy_bonus(ent, m, self.applied, global_tokens=max(self._n, 1.0))[0]
+
+    def step(self, reduce, mt):
+        "After the optimizer step's micro-batches: its mean entropy over all processes moves the adaptive coefficient; `entropy_bonus` and `entropy_coef` logged."
+        if not self.on: return
+        a, s = self.algo, self._sum if reduce is None else reduce(self._sum)
+        H = float(s) / max(self._n, 1.0)                                           # the step's mean entropy, as TRL's controller reads it
+        mt.add("entropy_bonus", 0.0 - self.applied * H, 1)
+        if a.use_adaptive_entropy:
+            self.coef, self.last = adapt_entropy_coef(self.coef, H, a.entropy_target, a.entropy_coef_delta, a.entropy_coef_min, a.entropy_coef_max), H
+        mt.add("entropy_coef", self.coef, 1)
+        self._n, self._sum = None, None
+
+    def state(self) -> tuple[dict, dict]:
+        "(JSON extras, tensors) a checkpoint keeps: the adaptive coefficient and the entropy its gate reads."
+        if not self.algo.use_adaptive_entropy: return {}, {}
+        return {"entropy_coef": self.coef, "entropy_last": None if math.isinf(self.last) else self.last}, {}
+
+    def restore(self, extra:dict, tensors:dict):
+        "Put back what `state` kept."
+        if self.algo.use_adaptive_entropy and "entropy_coef" in extra:
+            self.coef, last = float(extra["entropy_coef"]), extra.get("entropy_last")
+            self.last = math.inf if last is None else float(last)

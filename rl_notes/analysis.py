@@ -302,6 +302,7 @@ VERDICT_META = {
     "LUSPO": VerdictMeta("pre-registered", +1, "LUSPO vs GSPO"),
     **{f"{k}-confirm": VerdictMeta("pre-registered", +1, "OS4-OS6 confirmation") for k in ("OS4", "OS5", "OS6")},
     **{k: VerdictMeta("pre-registered", +1, "IPO vs the stale-sampler corrections") for k in ("IPO-stale", "IPO-IcePop", "IPO-opsm", "IPO-coupled")},
+    **{k: VerdictMeta("pre-registered", +1, "entropy target vs the D1 arms") for k in ("ET-adaptive", "ET-vs-CH", "ET-fixed")},
 }
 
 def verdict_meta(vid:str) -> VerdictMeta|None:

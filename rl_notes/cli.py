@@ -136,16 +136,17 @@ def config_fields(cls:str) -> dict[str, ConfigField]:
 # %% ../nbs/43_cli.ipynb #3c5e1a9d
 GROUPS = ("model and data", "algorithm", "generation", "optimisation", "evaluation and logging")  # --help sections, in this order
 FIELD_GROUP = {  # config field -> --help section (TrainConfig and SFTConfig; a check below places every field)
-    **dict.fromkeys(("model", "task", "task_kw", "dataset", "reward", "reward_weights", "critic_init", "dtype", "gradient_checkpointing",
+    **dict.fromkeys(("model", "task", "task_kw", "dataset", "reward", "reward_weights", "critic_init", "teacher", "dtype", "gradient_checkpointing",
                      "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "save_adapter", "n_train", "model_cfg", "chars"), "model and data"),
-    **dict.fromkeys(("algo", "group_size", "ppo_epochs", "n_minibatches"), "algorithm"),
+    **dict.fromkeys(("algo", "group_size", "ppo_epochs", "n_minibatches", "distill_coef"), "algorithm"),
     **dict.fromkeys(("max_new_tokens", "temperature", "sampler_dtype", "sampler_lag", "sampler_temperature"), "generation"),
     **dict.fromkeys(("steps", "n_prompts", "lr", "critic_lr", "weight_decay", "max_grad_norm", "warmup_steps", "lr_scheduler_type", "warmup_ratio", "seed", "threads", "micro_batch_size", "logprob_path",
                      "shard_rollouts", "batch_size", "warmup"), "optimisation"),
     **dict.fromkeys(("n_eval", "eval_every", "save_every", "out_dir", "resume", "overwrite", "accept_changed", "stop_at", "report_to", "progress",
                      "eval_n", "target_accuracy", "val_n"), "evaluation and logging"),
 }
-ALIASES = {"out_dir": ("--out",), "progress": ("--quiet",), "shard_rollouts": ("--no-shard",)}  # option names older than the generated ones
+# option names older than the generated ones, and TRL's name of `teacher` (its DistillationConfig's and GKDConfig's; `TRL_NAMES` is GRPOConfig's)
+ALIASES = {"out_dir": ("--out",), "progress": ("--quiet",), "shard_rollouts": ("--no-shard",), "teacher": ("--teacher-model-name-or-path",)}
 TRAIN_HAND = {"model", "algo", "task", "task_kw", "dataset", "reward", "reward_weights"}  # `rl_notes train` writes these options itself
 SFT_HAND = {"model_cfg", "chars"}  # --model-arg KEY=VALUE; the tokenizer's characters are no command-line setting
 _SCALARS = {"int": int, "float": float, "str": str}

@@ -157,8 +157,14 @@ TRL_NAMES = {  # GRPOConfig name -> `TrlName`
     "importance_sampling_level": TrlName("Algo", "loss", {"token": None, "sequence": "gspo"},
                                          note="sequence: one ratio per response, the mean of its token log-ratios (the `gspo` loss) with the preset's clip"),
     "multi_objective_aggregation": TrlName(None, None, {"sum_then_normalize": None}, note="rl_notes sums the weighted rewards, then normalises (TRL's default)"),
-    "entropy_coef": TrlName(None, None, {0.0: None, 0: None}, note="rl_notes has no entropy bonus; --top-entropy-quantile keeps the gradient on high-entropy tokens"),
-    "use_adaptive_entropy": TrlName(None, None, {False: None}, note="rl_notes has no entropy bonus"),
+    "entropy_coef": TrlName("Algo", "entropy_coef", note="the loss gets -entropy_coef x the mean per-token entropy (a token mean whatever loss_type, as in TRL); "
+                            "with --use-adaptive-entropy, the coefficient's start"),
+    "use_adaptive_entropy": TrlName("Algo", "use_adaptive_entropy", note="Skywork-OR1's control: after each optimizer step the coefficient moves by "
+                                    "entropy_coef_delta toward entropy_target, within [entropy_coef_min, entropy_coef_max]; the bonus acts only after a step at or below the target"),
+    "entropy_coef_min": TrlName("Algo", "entropy_coef_min", note="the adaptive coefficient's lower bound"),
+    "entropy_coef_max": TrlName("Algo", "entropy_coef_max", note="the adaptive coefficient's upper bound"),
+    "entropy_coef_delta": TrlName("Algo", "entropy_coef_delta", note="the adaptive coefficient's step per optimizer step"),
+    "entropy_target": TrlName("Algo", "entropy_target", note="nats per token over the tokens the bonus acts on; TRL's default 0.2 engages only near a collapse"),
     **{n: TrlName("Algo", n) for n in ("sapo_temperature_pos", "sapo_temperature_neg", "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")},
 }
 TRL_LOSSES = {"sapo": "sapo", "vespo": "vespo"}  # TRL's loss_type values that are a loss of their own (`rl_notes.algo.POLICY_LOSSES`) besides an aggregation
@@ -259,7 +265,6 @@ TRL_OTHER = {  # GRPOConfig name -> `TrlOther`
             "use_transformers_continuous_batching transformers_continuous_batching_config use_transformers_paged", "refused", _NO_VLLM),
     "vllm_importance_sampling_correction": TrlOther("ignored", "rl_notes corrects whenever --vllm-importance-sampling-mode is given, against its own sampler"),
     "vllm_importance_sampling_cap": TrlOther("refused", "use --vllm-importance-sampling-clip-max"),
-    **_each("entropy_coef_min entropy_coef_max entropy_coef_delta entropy_target", "refused", "rl_notes has no entropy bonus"),
     "max_tool_calling_iterations": TrlOther("refused", "rl_notes samples one completion per call, without tools"),
     "use_bias_correction_kl": TrlOther("ignored", "rl_notes' KL term has no importance-ratio factor; with beta 0, TRL's default, there is no KL term"),
     "max_prompt_length": TrlOther("refused", "TRL 1.16 has no such option and truncates no prompt; rl_notes refuses a prompt that leaves no room "

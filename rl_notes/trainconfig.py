@@ -96,6 +96,12 @@ class Algo:
     vespo_lambda_pos: float = _f(3.0, gt=0)  # VESPO: lambda where A >= 0
     vespo_k_neg: float = _f(3.0, ge=0)  # VESPO: k where A < 0
     vespo_lambda_neg: float = _f(2.0, gt=0)  # VESPO: lambda where A < 0
+    entropy_coef: float = 0.0  # c of the entropy bonus: the loss gets -c x the mean entropy of the tokens that keep their gradient (TRL's name and default; 0: off); with use_adaptive_entropy, the coefficient's start
+    use_adaptive_entropy: bool = False  # Skywork-OR1's adaptive entropy control (TRL's): after each optimizer step c moves by entropy_coef_delta, up when that step's entropy <= entropy_target, down otherwise; the bonus acts only after a step at or below the target
+    entropy_coef_min: float = _f(0.0, ge=0)  # the adaptive coefficient's lower bound (TRL's name and default)
+    entropy_coef_max: float = _f(1.0, ge=0)  # its upper bound
+    entropy_coef_delta: float = _f(0.005, ge=0)  # its step per optimizer step
+    entropy_target: float = _f(0.2, ge=0)  # the entropy it holds, nats per token over the tokens the bonus acts on (TRL's default 0.2 engages only near a collapse: set it near the entropy early in training)
     flash_delta: float = _f(3e-3, ge=0, allow_inf=True)  # FlashREINFORCE (loss="flash_reinforce"): admit a response when the mean over its tokens of KL(Bern(mu(y_t)) || Bern(pi(y_t))) is <= flash_delta (TRL's FlashREINFORCEConfig.delta); inf: admit every response
 
     def __post_init__(self):
@@ -117,6 +123,11 @@ class Algo:
                              f"({self.tis_c_max:g}, vllm_importance_sampling_clip_max)")
         if self.opsm_delta is not None and not self.opsm_delta >= 0:   # a negative delta masks every response with A < 0
             raise ValueError(f"Algo.opsm_delta (TRL's off_policy_mask_threshold) must be >= 0 or None, got {self.opsm_delta}")
+        lo, hi = self.entropy_coef_min, self.entropy_coef_max
+        if lo > hi: raise ValueError(f"Algo.entropy_coef_min ({lo:g}) must be <= Algo.entropy_coef_max ({hi:g})")
+        if self.use_adaptive_entropy and not lo <= self.entropy_coef <= hi:
+            raise ValueError(f"Algo.entropy_coef ({self.entropy_coef:g}), where use_adaptive_entropy starts, must lie in "
+                             f"[entropy_coef_min, entropy_coef_max] = [{lo:g}, {hi:g}]")
         self._check_gate()
     def _check_gate(self):
         "Raise unless `gate_low` / `gate_high` come with a `gate` and leave it a band, low <= high."
@@ -239,7 +250,9 @@ def _dir_path(p:str) -> str|None:
 KEY_LATE = {"logprob_path": "auto", "lr_scheduler_type": "constant", "warmup_ratio": 0.0,
             "algo.sapo_temperature_pos": 1.0, "algo.sapo_temperature_neg": 1.05, "algo.vespo_k_pos": 2.0, "algo.vespo_lambda_pos": 3.0,
             "algo.vespo_k_neg": 3.0, "algo.vespo_lambda_neg": 2.0,
-            "algo.gate": None, "algo.gate_low": None, "algo.gate_high": None, "algo.flash_delta": 3e-3}
+            "algo.gate": None, "algo.gate_low": None, "algo.gate_high": None, "teacher": None, "distill_coef": 1.0,
+            "algo.entropy_coef": 0.0, "algo.use_adaptive_entropy": False, "algo.entropy_coef_min": 0.0, "algo.entropy_coef_max": 1.0,
+            "algo.entropy_coef_delta": 0.005, "algo.entropy_target": 0.2, "algo.flash_delta": 3e-3}
 _ABSENT = object()
 
 def _dotted(d:dict, k:str):
@@ -282,6 +295,8 @@ class TrainConfig:
     lr: float = _f(5e-4, ge=0, help="policy AdamW learning rate")
     critic_lr: float = _f(1e-3, ge=0, help="critic AdamW learning rate")
     critic_init: str|None = _f(None, help="critic start: None = policy trunk + fresh head; a path = a reward-model checkpoint (sequence classification, one label) whose trunk and score head start the critic (VAPO's setting)")
+    teacher: str|None = _f(None, help="on-policy distillation: a causal LM (path or hub id) with the model's tokenizer that scores the sampled tokens; minus distill_coef times each token's reverse-KL estimate log pi(y_t) - log pi_teacher(y_t) joins the advantages (Algo.adv='none': nothing else, pure distillation); None: no teacher")
+    distill_coef: float = _f(1.0, ge=0, help="weight of the teacher's per-token advantage (needs a teacher); 0: the reverse KL to the teacher is only logged")
     weight_decay: float = _f(0.0, ge=0, help="AdamW weight decay")
     dtype: str = _f("float32", choices=("float32", "bfloat16", "float16"), help="dtype of the policy's (and critic's) weights")
     gradient_checkpointing: bool = _f(False, help="recompute activations in the backward pass: less memory, more time")
@@ -308,7 +323,7 @@ class TrainConfig:
     out_dir: str = _f("runs/run", check=_dir_path, help="metrics.jsonl, config.json and ckpt/ go here")
     resume: bool = _f(False, help="continue from out_dir/ckpt if it exists")
     overwrite: bool = _f(False, help="replace a previous run found in out_dir (without it, starting over one is refused)")
-    accept_changed: bool = _f(False, help="resume although the dataset, a reward file or the model changed since the checkpoint (their content hash differs)")
+    accept_changed: bool = _f(False, help="resume although the dataset, a reward file, the model or the teacher changed since the checkpoint (their content hash differs)")
     stop_at: int|None = _f(None, ge=0, help="stop after this step without the final checkpoint, as if killed (for tests)")
     threads: int|None = _f(None, ge=1, help="torch.set_num_threads; None: leave as is")
     progress: bool = _f(True, help="tqdm progress bar")
@@ -342,6 +357,9 @@ class TrainConfig:
         if a.kl_target is not None and 0.2 * self.n_prompts * self.group_size / a.kl_horizon >= 1:
             raise ValueError(f"Algo.kl_horizon ({a.kl_horizon:g}) must exceed 0.2 x the responses per step ({self.n_prompts * self.group_size}), "
                              "or one step of the adaptive rule could make beta <= 0")
+        if a.adv == "none" and self.teacher is None:
+            raise ValueError("Algo.adv='none' gives every response advantage 0: it is for pure on-policy distillation, with TrainConfig.teacher set (--teacher)")
+        if self.teacher is None and self.distill_coef != 1.0: raise ValueError("TrainConfig.distill_coef weighs the teacher's advantage: set TrainConfig.teacher (--teacher) too")
         if self.resume and self.overwrite: raise ValueError("TrainConfig.resume and overwrite exclude each other: continue the previous run, or replace it")
         if self.sampler_lag > self.steps:
             raise ValueError(f"TrainConfig.sampler_lag ({self.sampler_lag}) must be <= steps ({self.steps}): the sampler would never leave the initial weights")
@@ -483,7 +501,7 @@ def _check_extras(cfg:TrainConfig, find=None):
         if find(pkg) is None: raise ValueError(f'{why} needs {pkg}, which is not installed: pip install "rl_notes[{extra}]"')
 
 # %% ../nbs/21_trainconfig.ipynb #237cf108
-PATH_FIELDS = ("model", "dataset", "reward", "critic_init")  # compared by content on resume (`content_fingerprints`), not as spelled
+PATH_FIELDS = ("model", "dataset", "reward", "critic_init", "teacher")  # compared by content on resume (`content_fingerprints`), not as spelled
 
 def _reward_file(spec) -> tuple[str, str]|None:
     "(file, function) of a 'path/file.py:function' spec; None for a module spec or a callable."
@@ -496,7 +514,7 @@ def _resolved(d:dict) -> dict:
     real = lambda p: os.path.realpath(p) if isinstance(p, str) else p
     rw = lambda s: (lambda f: f"{real(f[0])}:{f[1]}" if f else s)(_reward_file(s))
     return {"model": real(d.get("model")), "dataset": real(d.get("dataset")), "critic_init": real(d.get("critic_init")),
-            "reward": [rw(s) for s in d.get("reward") or []]}
+            "teacher": real(d.get("teacher")), "reward": [rw(s) for s in d.get("reward") or []]}
 
 
 # %% ../nbs/21_trainconfig.ipynb #fcb5f01f
@@ -514,7 +532,7 @@ def content_changes(cfg:TrainConfig, st:dict,  # the checkpoint's state (its con
     return changed, f"{', '.join(changed)} changed since that checkpoint was written ({k}: {what})"
 
 def paths_read(cfg:TrainConfig) -> list[str]:
-    "The paths a run reads (its dataset, reward files, model, critic_init): `--overwrite` never deletes them (`RunDir.prepare`'s `protect`)."
+    "The paths a run reads (its dataset, reward files, model, critic_init, teacher): `--overwrite` never deletes them (`RunDir.prepare`'s `protect`)."
     rewards = [s.rpartition(":")[0] for s in cfg.reward or [] if isinstance(s, str) and s.rpartition(":")[0].endswith(".py")]
-    return [p for p in (cfg.dataset, cfg.model, cfg.critic_init, *rewards) if isinstance(p, (str, os.PathLike)) and str(p)]
+    return [p for p in (cfg.dataset, cfg.model, cfg.critic_init, cfg.teacher, *rewards) if isinstance(p, (str, os.PathLike)) and str(p)]
 

@@ -24,9 +24,9 @@ from .checkpoint import CheckpointError
 from .cache import cache_dir, content_sha256
 from .trainconfig import (Algo, TrainConfig, RUN_CONTROL, PATH_FIELDS, late_absent, _dataset_label, _reward_file, content_changes, paths_read, lr_factor, eval_due,
                                   dir_problem, _check_extras, _warn_tiny_defaults)
-from .algo import Batch, make_batch, ADVANTAGE_ESTIMATORS, POLICY_LOSSES, Tokens, modify_tokens, loss_logs
+from .algo import Batch, make_batch, ADVANTAGE_ESTIMATORS, POLICY_LOSSES, Tokens, modify_tokens, estimate_advantages, micro_share, EntropyBonus, loss_logs
 from .report import Meter, Reporter, MODEL_DIR, export_model, export_step, recover_model, TrainResult, named_row
-from .policies import Sampler, Reference
+from .policies import Sampler, Reference, Teacher, teacher_dir
 
 
 # %% auto #0
@@ -88,6 +88,8 @@ class Run:
     content: dict = field(default_factory=dict)  # content sha256 of what the run reads (`content_fingerprints`), kept in each checkpoint
     sampler: Sampler|None = None  # the policy that samples (`rl_notes.policies.Sampler`): the learner, or a copy in another dtype / lagging
     reference: Reference|None = None  # the reference of the KL term and its coefficient (`rl_notes.policies.Reference`)
+    teacher: Teacher|None = None  # on-policy distillation's teacher (`rl_notes.policies.Teacher`; without `teacher`: one that does nothing)
+    bonus: EntropyBonus|None = None  # the entropy bonus of the policy loss, its coefficient fixed or adaptive (`rl_notes.algo.EntropyBonus`)
 
     def __post_init__(self):
         acc = self.acc
@@ -225,6 +227,7 @@ def content_fingerprints(cfg:TrainConfig,
     if model:
         out["model"] = content_sha256(model_dir or resolve_model(cfg.model))   # a hub id: its cached snapshot
         if cfg.critic_init and os.path.isdir(cfg.critic_init): out["critic_init"] = content_sha256(cfg.critic_init)   # a missing one: `load_reward_model` says so
+        if cfg.teacher: out["teacher"] = content_sha256(teacher_dir(cfg))   # a hub id: its cached snapshot; a missing one: one line naming `teacher`
     return out
 
 def check_content(run:Run, st:dict):
@@ -271,9 +274,9 @@ def _open_dir(run:Run):
 
 # %% ../nbs/33_trainer.ipynb #4623c947
 def _ckpt_extras(run:Run) -> dict:
-    "What a checkpoint keeps besides the models: the content hashes, and the union of the reference's and the sampler's states."
-    (rx, rt), (sx, st) = run.reference.state(), run.sampler.state()
-    return dict(extra={"content": run.content, **rx, **sx}, tensors={**rt, **st} or None)
+    "What a checkpoint keeps besides the models: the content hashes, and the union of the reference's, the sampler's and the entropy bonus's states."
+    (rx, rt), (sx, st), (bx, _) = run.reference.state(), run.sampler.state(), run.bonus.state()
+    return dict(extra={"content": run.content, **rx, **sx, **bx}, tensors={**rt, **st} or None)
 
 def _ckpt_tensor_names(run:Run, st:dict|None) -> tuple:
     "The extra tensor files that `_ckpt_extras` wrote into the checkpoint whose state is `st`."
@@ -282,7 +285,7 @@ def _ckpt_tensor_names(run:Run, st:dict|None) -> tuple:
 def _restore_extras(run:Run, st:dict):
     "Put back what `_ckpt_extras` kept."
     ex, ts = st.get("extra", {}), st.get("tensors", {})
-    run.reference.restore(ex, ts); run.sampler.restore(ex, ts)
+    run.reference.restore(ex, ts); run.sampler.restore(ex, ts); run.bonus.restore(ex, ts)
 
 
 # %% ../nbs/33_trainer.ipynb #dad13968
@@ -307,7 +310,7 @@ def setup(cfg:TrainConfig,  # the run
     preflight(cfg, train_rows, test_rows, model_dir, extras=False)   # what would fail later (every prompt rendered), before any weights load
     run = Run(cfg, accelerator, task, train_rows, test_rows, rewards=rewards, content=content_fingerprints(cfg, model_dir=model_dir),
               **_models(cfg, accelerator, model_dir))
-    run.sampler, run.reference = Sampler(cfg, run.gen_model), Reference(cfg, run.ref)   # the policies beside the learner
+    run.sampler, run.reference, run.teacher, run.bonus = Sampler(cfg, run.gen_model), Reference(cfg, run.ref), Teacher(cfg, run.tok, run.device), EntropyBonus(cfg.algo)   # beside the learner; the entropy bonus
     try: _open_dir(run)
     except BaseException: run.close(); raise
     return run
@@ -354,8 +357,7 @@ def _rollout_metrics(run:Run, first:dict, keep:torch.Tensor, mt:Meter):
 @contextlib.contextmanager
 def _sampling(run:Run):
     "Generation in eval mode when gradient checkpointing is on (transformers turns the KV cache off in training mode then)."
-    m = run.gen_model
-    if not (run.cfg.gradient_checkpointing and m.training): yield; return
+    if not (run.cfg.gradient_checkpointing and (m := run.gen_model).training): yield; return
     m.eval()
     try: yield
     finally: m.train()
@@ -419,7 +421,7 @@ def _own_rows(run:Run, batch:Batch) -> Batch:
     return batch.rows(torch.arange(run.rank * n, (run.rank + 1) * n))
 
 def advantages(run:Run, batch:Batch, mt:Meter) -> Batch:
-    "Critic values at rollout time, then the algorithm's advantages and value targets (`ADVANTAGE_ESTIMATORS`), then this process's rows."
+    "Critic values at rollout time, then the algorithm's advantages and value targets (`ADVANTAGE_ESTIMATORS`, and a teacher's per token), then this process's rows."
     t0 = time.time()
     if run.critic is not None:
         with torch.no_grad(): batch.values = _values(run.critic, batch.ro)
@@ -428,8 +430,9 @@ def advantages(run:Run, batch:Batch, mt:Meter) -> Batch:
         batch.kl_reward = run.reference.reward(batch.score, batch.ro, batch.ref_logp, batch.mask)
         if run.critic is None: batch.score = batch.score + batch.kl_reward.sum(-1)
         mt.add("kl_reward", batch.kl_reward.sum(-1).mean(), len(batch.score))
+    run.teacher.score(batch, mt)   # on-policy distillation: -distill_coef k1 per token (`batch.distill_adv`), added to the estimator's
     # sharded rollouts: each process holds its own rows, so whitening sums over the processes; unsharded, each holds the whole batch
-    batch.adv, batch.returns = ADVANTAGE_ESTIMATORS[run.algo.adv](run.algo, batch, run.reduce if run.cfg.shard_rollouts else None)
+    batch.adv, batch.returns = estimate_advantages(run.algo, batch, run.reduce if run.cfg.shard_rollouts else None)
     batch = _own_rows(run, batch)
     a = batch.adv if batch.adv.dim() == 2 else batch.adv[:, None].expand(batch.mask.shape)   # (B, T)
     mt.add("adv_abs", masked_mean(a.abs(), batch.mask), float(batch.mask.sum()))
@@ -472,8 +475,7 @@ def _minibatches(run:Run, step:int, batch:Batch) -> list[tuple]:
 # %% ../nbs/33_trainer.ipynb #f84e8854
 def _kept(run:Run) -> str:
     "What is left on disk, for the message of `TrainingDiverged`."
-    return (f"the last checkpoint, {run.ckpt!r} (step {run.saved}), is kept" if run.saved is not None
-            else "no checkpoint had been written")
+    return f"the last checkpoint, {run.ckpt!r} (step {run.saved}), is kept" if run.saved is not None else "no checkpoint had been written"
 
 def _optimizer_step(run:Run, step:int, what:str, model, opt, loss:torch.Tensor,
                     backward:bool=True,  # False: the gradients are already there (micro-batches); `loss` is their total, for the check
@@ -503,13 +505,6 @@ def _critic_step(run:Run, step:int, mb:Batch, mask:torch.Tensor, n_tok:float, mt
     return values.detach(), vgn
 
 # %% ../nbs/33_trainer.ipynb #dc0963ae
-def _micro_share(algo:Algo, mask:torch.Tensor, whole:torch.Tensor) -> float:
-    "The weight of a micro-batch's loss (its (b, T) loss mask) in its minibatch's (mask `whole`), by the aggregation's divisor."
-    if algo.agg == "token-mean": return 1.0                                     # divided by the minibatch's global token count already
-    if algo.agg == "seq-mean-token-sum-norm": return len(mask) / max(len(whole), 1)
-    n = float((whole.sum(-1) > 0).sum())                                        # the sequences the mean runs over
-    return float((mask.sum(-1) > 0).sum()) / n if n else 0.0
-
 def _minibatch_tokens(run:Run, mb:Batch, parts:list):
     "(advantages, keep) of the whole minibatch from a pass without gradients, when a modifier ranks tokens over it; else None."
     algo, cfg = run.algo, run.cfg
@@ -520,7 +515,7 @@ def _minibatch_tokens(run:Run, mb:Batch, parts:list):
     return torch.cat(lp), torch.cat(en)
 
 def _policy_step(run:Run, step:int, mb:Batch, old_logp, ref_logp, n_tok:float, n_pos:float, mt:Meter):
-    "One policy update on minibatch `mb`, whole or in micro-batches of `micro_batch_size` rows (each one's share of the loss back-propagated): the per-token modifiers, the algorithm's loss (`POLICY_LOSSES`), VAPO's LM loss on correct responses, then one optimizer step."
+    "One policy update on minibatch `mb`, whole or in micro-batches of `micro_batch_size` rows (each one's share of the loss back-propagated): the per-token modifiers, the algorithm's loss (`POLICY_LOSSES`), the entropy bonus, VAPO's LM loss on correct responses, then one optimizer step."
     cfg, algo, B = run.cfg, run.loss_algo, len(mb.ro)
     k = cfg.micro_batch_size if cfg.micro_batch_size and cfg.micro_batch_size < B else B
     parts = [slice(s, min(s + k, B)) for s in range(0, B, k)]
@@ -539,8 +534,9 @@ def _policy_step(run:Run, step:int, mb:Batch, old_logp, ref_logp, n_tok:float, n
         lp = logp if keep is None else torch.where(keep, logp, logp.detach())                      # outside `keep`: no gradient
         loss, pm = POLICY_LOSSES[algo.loss](algo, lp, old, None if ref_logp is None else ref_logp[s], adv, c.loss_mask, max_tokens=cfg.max_new_tokens,
                                             global_tokens=max(n_tok, 1.0) if tm else None, reduce=run.reduce)
-        part = _dp_global(run, loss * (1.0 if one else _micro_share(algo, c.loss_mask, mb.loss_mask)), tm)
+        part = _dp_global(run, loss * (1.0 if one else micro_share(algo, c.loss_mask, mb.loss_mask)), tm)
         pg_total += float(part.detach())
+        if run.bonus.on: part = part + _dp_global(run, run.bonus.term(ent, c.loss_mask, keep, keep if pre is None else keep_all, n_tok, run.reduce))
         if algo.mu > 0 and n_pos > 0:   # no correct response on any process: no LM term
             lm, lmm = positive_lm_loss(logp, c.loss_mask, c.correct, mu=algo.mu, global_tokens=n_pos)
             part = part + _dp_global(run, lm); lm_total += float(_dp_global(run, lmm["nll"]))
@@ -555,6 +551,7 @@ def _policy_step(run:Run, step:int, mb:Batch, old_logp, ref_logp, n_tok:float, n
     if algo.mu > 0:
         if n_pos > 0: mt.add("lm_loss", lm_total, 1)
         mt.add("lm_loss", 0.0, 0)
+    run.bonus.step(run.reduce, mt)                                             # the adaptive coefficient moves; entropy_coef, entropy_bonus
     gn = _optimizer_step(run, step, "policy", run.policy, run.opt, torch.tensor(total), backward=False)
     mt.add("loss", pg_total, 1); mt.add("grad_norm", gn, 1)
     if not one: mt.add("micro_batches", len(parts), 1)
@@ -563,8 +560,7 @@ def _policy_step(run:Run, step:int, mb:Batch, old_logp, ref_logp, n_tok:float, n
 # %% ../nbs/33_trainer.ipynb #68e6c920
 def _explained_var(run:Run, values:list, returns:list, masks:list) -> float|None:
     "Explained variance of the critic over all of the step's minibatches (and processes) pooled; None when it is undefined."
-    ev = float(explained_variance(torch.cat(values), torch.cat(returns), torch.cat(masks), reduce=run.reduce))
-    return None if math.isnan(ev) else ev
+    return None if math.isnan(ev := float(explained_variance(torch.cat(values), torch.cat(returns), torch.cat(masks), reduce=run.reduce))) else ev
 
 def update(run:Run, step:int, batch:Batch, mt:Meter):
     "`ppo_epochs` passes of `n_minibatches` optimizer steps over the batch: the policy's loss and (with a critic) the value loss."

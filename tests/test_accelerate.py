@@ -13,14 +13,17 @@ def _free_port():
     with socket.socket() as s: s.bind(("127.0.0.1", 0)); return s.getsockname()[1]
 
 @pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun not installed")
-# ppo: the critic's value loss also uses the global token count; 80/20: the entropy quantile over both processes' tokens
-@pytest.mark.parametrize("algo", ["dapo", "ppo", "80/20"])
+# ppo: the critic's value loss also uses the global token count; 80/20: the entropy quantile over both processes' tokens;
+# entropy: the entropy bonus's token count and the adaptive coefficient's entropy over both processes, on the 80/20 tokens
+@pytest.mark.parametrize("algo", ["dapo", "ppo", "80/20", "entropy"])
 def test_two_processes_match_one(tmp_path, algo, micro_sft):
     model = micro_sft
     code = "import sys; from rl_notes.cli import main; sys.exit(main())"
     script = tmp_path / "rl_notes_main.py"; script.write_text(code)
-    sets = {"dapo": ["--set", "cache_len=2", "--set", "max_rounds=2"], "80/20": ["--set", "top_entropy_quantile=0.2", "--set", "beta=0"]}
-    args = ["train", "--model", model, "--task-arg", "max_digits=2", "--task-arg", "scratchpad=false", "--algo", "grpo" if algo == "80/20" else algo,
+    sets = {"dapo": ["--set", "cache_len=2", "--set", "max_rounds=2"], "80/20": ["--set", "top_entropy_quantile=0.2", "--set", "beta=0"],
+            "entropy": ["--set", "top_entropy_quantile=0.5", "--set", "beta=0", "--use-adaptive-entropy", "--entropy-target", "10",
+                        "--entropy-coef-delta", "0.05"]}
+    args = ["train", "--model", model, "--task-arg", "max_digits=2", "--task-arg", "scratchpad=false", "--algo", "grpo" if algo in ("80/20", "entropy") else algo,
             *sets.get(algo, []), "--steps", "3", "--n-prompts", "4", "--group-size", "4",
             "--max-new-tokens", "3" if algo == "dapo" else "5", "--n-eval", "8", "--eval-every", "3", "--n-train", "200", "--no-shard", "--quiet", "--threads", "1"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1"}
@@ -45,6 +48,7 @@ def test_two_processes_match_one(tmp_path, algo, micro_sft):
             checked += 1
     assert any(abs(r.get("loss") or 0) > 0 for r in r1) and any((r.get("grad_norm") or 0) > 0 for r in r1)
     assert checked > 40
+    if algo == "entropy": assert any(r.get("entropy_bonus", 0) < 0 for r in r1) and len({r.get("entropy_coef") for r in r1[1:]}) > 1
 
 @pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun not installed")
 def test_sharded_two_processes_train(tmp_path, micro_sft):
