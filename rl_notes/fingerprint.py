@@ -264,6 +264,8 @@ NOT_BEHAVIOUR = {  # fields no micro run needs to set, and why
     **{f: "a parameter of the sapo / vespo loss (TRL's), checked against TRL's own `_compute_loss` on the same tensors in tests/test_trl_day2.py; "
           "a micro run of those losses would change the rl key"
        for f in ("sapo_temperature_pos", "sapo_temperature_neg", "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")},
+    "doctor_every": "the doctor reads the metric rows already logged and reports on them; nothing it does reaches the run (tests/test_doctor2.py)",
+    "doctor_stop": "ends the run after a step, with its checkpoint, as a Ctrl-C does: the steps before are those of the same run without it (tests/test_doctor2.py)",
 }
 UNCOVERED_TASKS = {"math": "needs a local data file (`data_files`) and a chat template the micro tokenizer lacks"}
 
