@@ -143,7 +143,7 @@ FIELD_GROUP = {  # config field -> --help section (TrainConfig and SFTConfig; a 
     **dict.fromkeys(("steps", "n_prompts", "lr", "critic_lr", "weight_decay", "max_grad_norm", "warmup_steps", "lr_scheduler_type", "warmup_ratio", "seed", "threads", "micro_batch_size", "logprob_path",
                      "shard_rollouts", "batch_size", "warmup"), "optimisation"),
     **dict.fromkeys(("n_eval", "eval_every", "save_every", "out_dir", "resume", "overwrite", "accept_changed", "stop_at", "report_to", "progress",
-                     "eval_n", "target_accuracy", "val_n"), "evaluation and logging"),
+                     "doctor_every", "doctor_stop", "eval_n", "target_accuracy", "val_n"), "evaluation and logging"),
 }
 # option names older than the generated ones, and TRL's name of `teacher` (its DistillationConfig's and GKDConfig's; `TRL_NAMES` is GRPOConfig's)
 ALIASES = {"out_dir": ("--out",), "progress": ("--quiet",), "shard_rollouts": ("--no-shard",), "teacher": ("--teacher-model-name-or-path",)}
@@ -485,7 +485,8 @@ def _train(a) -> int:
     if int(os.environ.get("RANK", "0")) == 0:
         for line in notes + [f"rl_notes: {w.message}" for w in caught] + [_batch_line(cfg, W)]: print(line)
     acc = Accelerator()
-    rows = train(cfg, acc)
+    from rl_notes.doctor import live_doctor  # numpy only: the doctor of --doctor-every, passed to the trainer (a lower layer)
+    rows = train(cfg, acc, doctor=live_doctor(cfg) if cfg.doctor_every else None)
     acc.wait_for_everyone()
     acc.end_training()       # destroys the process group under data parallel: a gloo group left alive can abort the exit
     key = "heldout_acc" if any(r.get("heldout_acc") is not None for r in rows) else "heldout_reward"   # accuracy only from a verifier

@@ -252,7 +252,7 @@ KEY_LATE = {"logprob_path": "auto", "lr_scheduler_type": "constant", "warmup_rat
             "algo.vespo_k_neg": 3.0, "algo.vespo_lambda_neg": 2.0,
             "algo.gate": None, "algo.gate_low": None, "algo.gate_high": None, "teacher": None, "distill_coef": 1.0,
             "algo.entropy_coef": 0.0, "algo.use_adaptive_entropy": False, "algo.entropy_coef_min": 0.0, "algo.entropy_coef_max": 1.0,
-            "algo.entropy_coef_delta": 0.005, "algo.entropy_target": 0.2, "algo.flash_delta": 3e-3}
+            "algo.entropy_coef_delta": 0.005, "algo.entropy_target": 0.2, "algo.flash_delta": 3e-3, "doctor_every": None, "doctor_stop": False}
 _ABSENT = object()
 
 def _dotted(d:dict, k:str):
@@ -325,6 +325,8 @@ class TrainConfig:
     overwrite: bool = _f(False, help="replace a previous run found in out_dir (without it, starting over one is refused)")
     accept_changed: bool = _f(False, help="resume although the dataset, a reward file, the model or the teacher changed since the checkpoint (their content hash differs)")
     stop_at: int|None = _f(None, ge=0, help="stop after this step without the final checkpoint, as if killed (for tests)")
+    doctor_every: int|None = _f(None, ge=1, help="run the doctor (`rl_notes doctor`) on the run's metric rows every N steps: each new finding is printed once and appended to out_dir/doctor_findings.jsonl; None: off")
+    doctor_stop: bool = _f(False, help="with doctor_every: end the run, with a checkpoint, at the first present finding")
     threads: int|None = _f(None, ge=1, help="torch.set_num_threads; None: leave as is")
     progress: bool = _f(True, help="tqdm progress bar")
 
@@ -345,6 +347,7 @@ class TrainConfig:
                              f"n_minibatches must be 1, got {self.ppo_epochs} and {self.n_minibatches}")
         if a.soft_overlong and a.cache_len > self.max_new_tokens:
             raise ValueError(f"Algo.cache_len ({a.cache_len}) must be <= TrainConfig.max_new_tokens ({self.max_new_tokens}) for the soft overlong punishment")
+        if self.doctor_stop and not self.doctor_every: raise ValueError("TrainConfig.doctor_stop needs doctor_every (how often the doctor reads the run)")
         if self.n_prompts % self.n_minibatches: raise ValueError(f"TrainConfig.n_prompts ({self.n_prompts}) must be divisible by n_minibatches ({self.n_minibatches})")
         if self.dtype == "float16" and not self.lora_r:
             raise ValueError("TrainConfig.dtype='float16' trains every weight in float16, where AdamW's epsilon (1e-8) underflows to 0 and "
