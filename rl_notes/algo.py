@@ -14,16 +14,18 @@ from .dapo import overlong_filter_mask
 from .grpo import group_advantages, grpo_loss
 from .vapo import decoupled_gae
 from .family import (rloo_advantages, reinforce_pp_advantages, gspo_loss, cispo_loss, sapo_loss, vespo_loss, kl_cov_loss, nll_loss,
-                             high_entropy_mask, clip_cov_mask, entropy_bonus, adapt_entropy_coef, gated_entropy_coef)
+                             high_entropy_mask, clip_cov_mask, entropy_bonus, adapt_entropy_coef, gated_entropy_coef,
+                             batch_mean_advantages, flash_reinforce_loss)
 from .offpolicy import gate, GATE_PRESETS, GATE_READS_ADV
 
 
 # %% auto #0
-__all__ = ['ADVANTAGE_ESTIMATORS', 'CRITIC_ESTIMATORS', 'POLICY_LOSSES', 'RS_LEVELS_GATE', 'TOKEN_MODIFIERS', 'Batch',
-           'make_batch', 'adv_group', 'adv_group_mean', 'adv_group_batch', 'adv_gae', 'adv_correct', 'adv_rloo',
-           'adv_reinforce_pp', 'adv_none', 'estimate_advantages', 'loss_clip', 'loss_nll', 'loss_gspo', 'loss_cispo',
-           'loss_sapo', 'loss_vespo', 'loss_kl_cov', 'Tokens', 'algo_gates', 'mod_tis', 'mod_rs', 'mod_opsm',
-           'mod_gate', 'mod_entropy', 'mod_clip_cov', 'modify_tokens', 'micro_share', 'EntropyBonus']
+__all__ = ['ADVANTAGE_ESTIMATORS', 'CRITIC_ESTIMATORS', 'GROUP_FREE_ESTIMATORS', 'POLICY_LOSSES', 'LOSS_LOGS', 'RS_LEVELS_GATE',
+           'TOKEN_MODIFIERS', 'Batch', 'make_batch', 'adv_group', 'adv_group_mean', 'adv_group_batch', 'adv_gae',
+           'adv_correct', 'adv_rloo', 'adv_reinforce_pp', 'adv_none', 'adv_batch_mean', 'estimate_advantages',
+           'loss_clip', 'loss_nll', 'loss_gspo', 'loss_cispo', 'loss_sapo', 'loss_vespo', 'loss_kl_cov',
+           'loss_flash_reinforce', 'loss_logs', 'Tokens', 'algo_gates', 'mod_tis', 'mod_rs', 'mod_opsm', 'mod_gate',
+           'mod_entropy', 'mod_clip_cov', 'modify_tokens', 'micro_share', 'EntropyBonus']
 
 # %% ../nbs/17_algo.ipynb #0f68edbe
 @dataclass
@@ -110,10 +112,20 @@ def adv_none(algo, batch:Batch, reduce=None):
     "No reward advantage, 0 for every response; with a teacher (`TrainConfig.teacher`) the run is pure on-policy distillation; (B,)."
     return torch.zeros_like(batch.score), None
 
+
+def adv_batch_mean(algo, batch:Batch,
+                   reduce=None,  # sums a tensor over data-parallel processes (the mean of every process's rewards); None: this process
+                  ):
+    "FlashREINFORCE: each reward minus the mean reward of the whole batch (over all processes), no std; any G, G = 1 included; (B,)."
+    return batch_mean_advantages(batch.score, reduce=reduce), None
+
+
 # name -> fn(algo, batch, reduce) -> (advantages (B,) or (B, T), value targets (B, T) or None); a new estimator is one entry
 ADVANTAGE_ESTIMATORS = {"group": adv_group, "group-mean-only": adv_group_mean, "gae": adv_gae, "correct": adv_correct,
-                        "rloo": adv_rloo, "reinforce_pp": adv_reinforce_pp, "group-batch": adv_group_batch, "none": adv_none}
+                        "rloo": adv_rloo, "reinforce_pp": adv_reinforce_pp, "group-batch": adv_group_batch, "none": adv_none, "batch-mean": adv_batch_mean}
 CRITIC_ESTIMATORS = ("gae",)  # the estimators that read `batch.values` (the run builds a critic for them)
+GROUP_FREE_ESTIMATORS = ("batch-mean", "none")  # estimators without a critic that need no group either: they work with one response per prompt
+
 
 # %% ../nbs/17_algo.ipynb #88ed9fe3
 def estimate_advantages(algo, batch:Batch,
@@ -169,8 +181,24 @@ def loss_kl_cov(algo, logp, old_logp, ref_logp, adv, mask, max_tokens:int, globa
     return kl_cov_loss(logp, old_logp, adv, mask, kl_ratio=algo.kl_cov_ratio, beta=algo.kl_cov_coef, agg=algo.agg,
                        max_tokens=max_tokens, global_tokens=global_tokens, reduce=reduce)
 
+def loss_flash_reinforce(algo, logp, old_logp, ref_logp, adv, mask, max_tokens:int, global_tokens:float|None, reduce=None):
+    "FlashREINFORCE: REINFORCE weighted by the detached, unclipped pi / mu on the responses whose mean binary KL is <= flash_delta (`rl_notes.family.flash_reinforce_loss`); `old_logp` is mu, the sampler's (`clip_anchor='sampler'`)."
+    return flash_reinforce_loss(logp, old_logp, adv, mask, delta=algo.flash_delta, agg=algo.agg, max_tokens=max_tokens, global_tokens=global_tokens)
+
 # name -> fn(algo, logp, old_logp, ref_logp, adv, mask, max_tokens, global_tokens, reduce) -> (loss, metrics); a new loss is one entry
-POLICY_LOSSES = {"clip": loss_clip, "nll": loss_nll, "gspo": loss_gspo, "cispo": loss_cispo, "kl_cov": loss_kl_cov, "sapo": loss_sapo, "vespo": loss_vespo}
+POLICY_LOSSES = {"clip": loss_clip, "nll": loss_nll, "gspo": loss_gspo, "cispo": loss_cispo, "kl_cov": loss_kl_cov, "sapo": loss_sapo, "vespo": loss_vespo,
+                 "flash_reinforce": loss_flash_reinforce}
+
+# %% ../nbs/17_algo.ipynb #32dfcdca
+LOSS_LOGS = {"flash_reinforce": ("acceptance_rate", "sequence_kl")}  # loss -> metrics of its own the trainer logs (each a mean over responses)
+
+def loss_logs(algo,
+              metrics:dict,  # what the loss returned
+              mask:torch.Tensor,  # (b, T) the micro-batch's loss mask: the responses with tokens weigh the means
+             ) -> list[tuple]:
+    "(key, value, weight) for each metric of `LOSS_LOGS[algo.loss]`: logged as '<loss>/<metric>', weighted by the responses it averages."
+    n = float((mask.sum(-1) > 0).sum())
+    return [(f"{algo.loss}/{k}", metrics[k], n) for k in LOSS_LOGS.get(algo.loss, ())]
 
 # %% ../nbs/17_algo.ipynb #6b969220
 @dataclass

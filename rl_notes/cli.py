@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse, dataclasses, functools, json, os, platform, stat, sys, yaml, time, traceback, typing, warnings
 from pathlib import Path
 from typing import NamedTuple
-from .trainconfig import PRESETS, TRL_TRAIN, Algo, TrainConfig, SFTConfig  # the settings: they import no torch (a test checks)
+from .trainconfig import PRESETS, PRESET_TRAIN, Algo, TrainConfig, SFTConfig  # the settings: they import no torch (a test checks)
 
 
 # %% auto #0
@@ -143,7 +143,7 @@ FIELD_GROUP = {  # config field -> --help section (TrainConfig and SFTConfig; a 
     **dict.fromkeys(("steps", "n_prompts", "lr", "critic_lr", "weight_decay", "max_grad_norm", "warmup_steps", "lr_scheduler_type", "warmup_ratio", "seed", "threads", "micro_batch_size", "logprob_path",
                      "shard_rollouts", "batch_size", "warmup"), "optimisation"),
     **dict.fromkeys(("n_eval", "eval_every", "save_every", "out_dir", "resume", "overwrite", "accept_changed", "stop_at", "report_to", "progress",
-                     "eval_n", "target_accuracy", "val_n"), "evaluation and logging"),
+                     "doctor_every", "doctor_stop", "eval_n", "target_accuracy", "val_n"), "evaluation and logging"),
 }
 # option names older than the generated ones, and TRL's name of `teacher` (its DistillationConfig's and GKDConfig's; `TRL_NAMES` is GRPOConfig's)
 ALIASES = {"out_dir": ("--out",), "progress": ("--quiet",), "shard_rollouts": ("--no-shard",), "teacher": ("--teacher-model-name-or-path",)}
@@ -476,7 +476,7 @@ def _train(a) -> int:
     rewards = a.reward or []                                   # (spec, weight or None); an unweighted function weighs 1
     weights = [1.0 if w is None else w for _, w in rewards] if any(w is not None for _, w in rewards) else None
     given = {**_given(a, "TrainConfig", TRAIN_HAND), **trl}
-    if a.algo == "trl": given = {**TRL_TRAIN, **given}       # GRPOConfig's learning rate, completion length and schedule
+    given = {**PRESET_TRAIN.get(a.algo, {}), **given}       # trl: GRPOConfig's lr, completion length, schedule; flash_reinforce: G = 1
     with warnings.catch_warnings(record=True) as caught:       # TRL's names that act only together (`from_trl`): one line each
         warnings.simplefilter("always")
         cfg = TrainConfig(model=a.model, algo=get_algo(a.algo, **{**_trl_set(a), **dict(a.algo_set or [])}), task=a.task or "addition",
@@ -485,7 +485,8 @@ def _train(a) -> int:
     if int(os.environ.get("RANK", "0")) == 0:
         for line in notes + [f"rl_notes: {w.message}" for w in caught] + [_batch_line(cfg, W)]: print(line)
     acc = Accelerator()
-    rows = train(cfg, acc)
+    from rl_notes.doctor import live_doctor  # numpy only: the doctor of --doctor-every, passed to the trainer (a lower layer)
+    rows = train(cfg, acc, doctor=live_doctor(cfg) if cfg.doctor_every else None)
     acc.wait_for_everyone()
     acc.end_training()       # destroys the process group under data parallel: a gloo group left alive can abort the exit
     key = "heldout_acc" if any(r.get("heldout_acc") is not None for r in rows) else "heldout_reward"   # accuracy only from a verifier

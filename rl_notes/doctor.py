@@ -7,10 +7,11 @@ __all__ = ['MIN_POINTS', 'T', 'SECTIONS', 'MAX_TREND', 'CHECKS', 'STATUS_ORDER',
            'mann_kendall', 'trend', 'early_jump', 'check_entropy', 'check_zero_std', 'check_truncation', 'check_length',
            'check_value_collapse', 'check_clip', 'check_kl', 'check_grad', 'check_reward_share', 'check_loss_zero',
            'check_heldout', 'check_heldout_drop', 'check_mismatch', 'Report', 'diagnose', 'format_report', 'run_name',
-           'dashboard', 'main', 'DoctorCallback']
+           'dashboard', 'main', 'LiveDoctor', 'live_doctor', 'DoctorCallback']
 
 # %% ../nbs/42_doctor.ipynb #96bfb557
 import argparse, io, json, math, os, re, sys
+from collections.abc import Callable
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 import numpy as np
@@ -429,13 +430,15 @@ def _run_checks(s:dict) -> tuple[list, list, dict]:
 def diagnose(path_or_rows,  # a run directory or log file, or a list of metric rows (dicts with a "step")
              source:str|None=None,  # "rl_notes", "trl", "verl", "csv"; None: found from the path (rows: "csv")
              mapping:dict|None=None,  # {their name: internal name}, e.g. {"global_step": "step", "ent": "entropy"}
+             dynamic_sampling:bool=False,  # rows (not a path) of an rl_notes run with dynamic sampling (a path: read from its config.json)
             ) -> Report:
     "Read a run's logged metrics and name the failure modes they show, with evidence."
     if isinstance(path_or_rows, (str, os.PathLike)):
         source, rows, f = read_log(path_or_rows, source)
         ds = source == "rl_notes" and _dynamic_sampling(f)
     elif isinstance(path_or_rows, list) and all(isinstance(r, dict) for r in path_or_rows):
-        rows, f, source, ds = path_or_rows, "<rows>", source or "csv", False
+        rows, f, source = path_or_rows, "<rows>", source or "csv"
+        ds = source == "rl_notes" and dynamic_sampling
         if source not in SOURCE_MAPS: raise DoctorError(f"unknown source {source!r}: use one of {sorted(SOURCE_MAPS)}")
         if source == "verl" and rows and all(isinstance(r.get("data"), dict) for r in rows): rows = [{"step": r.get("step"), **r["data"]} for r in rows]
     else: raise DoctorError(f"`path_or_rows` must be a path or a list of dicts, got {type(path_or_rows).__name__}")
@@ -592,6 +595,44 @@ def main(argv:list[str]|None=None) -> int:
 if __name__ == "__main__" and "__file__" in globals(): sys.exit(main())  # not when a notebook runs this cell
 
 # %% ../nbs/42_doctor.ipynb #a7c1d031
+class LiveDoctor:
+    "The doctor on a run that is still training: `check(rows, step)` diagnoses its metric rows, reports each new finding once and says whether to stop."
+    def __init__(self, out:str|Path,  # append findings here (JSON lines)
+                 stop:bool=False,  # stop at the first present finding
+                 keys:set|None=None,  # only these findings stop it (None: any present one)
+                 source:str="rl_notes",  # the rows' format: "rl_notes" or "trl"
+                 dynamic_sampling:bool=False,  # rl_notes rows of a run with dynamic sampling
+                 append:bool=True,  # add to an existing file (a resumed run); False: remove it at the first check (a fresh run)
+                ):
+        self.out, self.stop, self.keys, self.source, self.ds, self.mode = Path(out), stop, keys, source, dynamic_sampling, "a" if append else "w"
+        self.seen, self.findings = set(), []
+
+    def check(self, rows:list, step, main:bool=True) -> bool:
+        "Diagnose `rows`; print and append the findings not reported before (on the main process only); True: one of them asks to stop."
+        if self.mode == "w" and main: self.out.unlink(missing_ok=True)   # a fresh run: a previous run's findings go
+        self.mode = "a"
+        try: r = diagnose(rows, source=self.source, dynamic_sampling=self.ds)
+        except DoctorError: return False               # nothing the doctor knows yet
+        new = [f for f in r.findings if f.status != "note" and (f.key, f.status) not in self.seen]
+        for f in new:
+            self.seen.add((f.key, f.status)); self.findings.append(f)
+            if not main: continue
+            print(f"rl_notes doctor, step {step}: [{f.status}, {f.confidence}] {f.title}: {f.evidence}")
+            self.out.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.out, "a", encoding="utf-8") as fh: fh.write(json.dumps({"step": step, **asdict(f)}, default=float) + "\n")
+        halt = self.stop and any(f.status == "present" and (self.keys is None or f.key in self.keys) for f in new)
+        if halt and main: print(f"rl_notes doctor: stopping the run at step {step}")
+        return halt
+
+def live_doctor(cfg) -> Callable:
+    "The doctor for rl_notes' trainer, from a `TrainConfig`'s `doctor_every` and `doctor_stop`: `train(cfg, doctor=live_doctor(cfg))`."
+    ld = LiveDoctor(Path(cfg.out_dir) / "doctor_findings.jsonl", stop=cfg.doctor_stop, dynamic_sampling=cfg.algo.dynamic_sampling, append=cfg.resume)
+    def hook(rows:list, step:int, main:bool=True) -> bool:
+        "After `step`: every `doctor_every` steps, the doctor on the rows so far; True ends the run."
+        return bool(cfg.doctor_every) and step % cfg.doctor_every == 0 and ld.check(rows, step, main)
+    hook.doctor = ld   # its findings: hook.doctor.findings
+    return hook
+
 def DoctorCallback(every:int=5,  # run the checks every this many logging steps
                    stop:bool=False,  # end the run at the first present finding
                    keys:set|None=None,  # only these findings stop it (None: any present one)
@@ -600,21 +641,14 @@ def DoctorCallback(every:int=5,  # run the checks every this many logging steps
     "A `transformers.TrainerCallback` that runs the doctor on the live `log_history`, reports each new finding once and can stop the run."
     from transformers import TrainerCallback  # heavy: transformers only when a live run asks for the callback
     class _DoctorCallback(TrainerCallback):
-        def __init__(self): self.n, self.seen, self.findings = 0, set(), []
+        def __init__(self): self.n, self.live = 0, None
+        findings = property(lambda self: self.live.findings if self.live else [])
         def on_log(self, args, state, control, logs=None, **kw):
             self.n += 1
             if self.n % every: return control
+            if self.live is None:
+                self.live = LiveDoctor(Path(out) if out is not None else Path(args.output_dir) / "doctor_findings.jsonl", stop, keys, source="trl")
             rows = [r for r in state.log_history if isinstance(r, dict) and "step" in r]
-            try: r = diagnose(rows, source="trl")
-            except DoctorError: return control               # nothing the doctor knows yet
-            new = [f for f in r.findings if f.status != "note" and (f.key, f.status) not in self.seen]
-            f_out = Path(out) if out is not None else Path(args.output_dir) / "doctor_findings.jsonl"
-            for f in new:
-                self.seen.add((f.key, f.status)); self.findings.append(f)
-                print(f"rl_notes doctor, step {state.global_step}: [{f.status}, {f.confidence}] {f.title}: {f.evidence}")
-                f_out.parent.mkdir(parents=True, exist_ok=True)
-                with open(f_out, "a", encoding="utf-8") as fh: fh.write(json.dumps({"step": state.global_step, **asdict(f)}, default=float) + "\n")
-            if stop and any(f.status == "present" and (keys is None or f.key in keys) for f in new):
-                print(f"rl_notes doctor: stopping the run at step {state.global_step}"); control.should_training_stop = True
+            if self.live.check(rows, state.global_step, getattr(state, "is_world_process_zero", True)): control.should_training_stop = True
             return control
     return _DoctorCallback()

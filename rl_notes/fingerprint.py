@@ -91,11 +91,15 @@ _OFF_PRESETS = ("ppo_rlhf", "grpo_tis", "grpo_icepop")   # the presets added wit
 # presets added later whose every field a micro run already sets (`trl`: grpo's estimator with dapo's token mean and beta 0, as the
 # runs dynamic_sampling and top_entropy set it); a micro run of its own would change the rl key
 _LATE_PRESETS = ("trl",)
+# presets whose estimator and loss no micro run exercises, and why (`coverage` lists them with the reason); a micro run of them would
+# change the rl key
+_UNRUN_PRESETS = {"flash_reinforce": "its `batch-mean` estimator and `flash_reinforce` loss are checked against the reference implementation's "
+                                     "`flashreinforce_loss` (loss and gradient to 1e-6) and trained for a few steps in tests/test_flash_reinforce.py"}
 
 RL_RUNS = {  # name -> (task (a `TASK_KW` key), algo, TrainConfig fields): every preset, then every flag the experiments set
     **{p: ("add1", get_algo(p, **({"cache_len": 2} if PRESETS[p].get("soft_overlong") else {}),
                          **({"value_pretrain_steps": 2} if PRESETS[p].get("value_pretrain_steps") else {})), {}) for p in PRESETS
-       if p not in _OFF_PRESETS + _LATE_PRESETS},
+       if p not in _OFF_PRESETS + _LATE_PRESETS + tuple(_UNRUN_PRESETS)},
     "dual_clip": ("add1", get_algo("grpo", dual_clip=2.0, eps_low=0.1), {}),
     "kl_k1": ("add1", get_algo("grpo", kl="k1", beta=0.1), {}),
     "kl_k2": ("add1", get_algo("grpo", kl="k2", beta=0.1), {}),
@@ -273,6 +277,10 @@ NOT_BEHAVIOUR = {  # fields no micro run needs to set, and why
     **{f: "the entropy bonus (TRL's entropy_coef, fixed or adaptive), checked against TRL's own `_compute_loss` on the same tensors, and in short "
           "runs with exact resume, in tests/test_entropy_bonus.py; a micro run of it would change the rl key"
        for f in ("entropy_coef", "use_adaptive_entropy", "entropy_coef_min", "entropy_coef_max", "entropy_coef_delta", "entropy_target")},
+    "flash_delta": "the admission bound of the flash_reinforce loss, which no micro run uses (`_UNRUN_PRESETS`): checked against the reference "
+                   "implementation's `flashreinforce_loss` in tests/test_flash_reinforce.py; a micro run of it would change the rl key",
+    "doctor_every": "the doctor reads the metric rows already logged and reports on them; nothing it does reaches the run (tests/test_doctor2.py)",
+    "doctor_stop": "ends the run after a step, with its checkpoint, as a Ctrl-C does: the steps before are those of the same run without it (tests/test_doctor2.py)",
 }
 UNCOVERED_TASKS = {"math": "needs a local data file (`data_files`) and a chat template the micro tokenizer lacks"}
 
@@ -291,7 +299,8 @@ def coverage(runs:dict|None=None,  # name -> (task, algo, TrainConfig fields); d
     uncovered = {f: NOT_BEHAVIOUR.get(f.split(".")[1], "no micro run sets it") for f in fields if f not in hit}
     tasks = {TASK_KW[t][0] for t, _, _ in runs.values()}
     return {"fields": len(fields), "covered": len(fields) - len(uncovered), "uncovered": uncovered,
-            "presets_missing": sorted(set(PRESETS) - set(runs) - set(_LATE_PRESETS)),
+            "presets_missing": sorted(set(PRESETS) - set(runs) - set(_LATE_PRESETS) - set(_UNRUN_PRESETS)),
+            "presets_unrun": {p: why for p, why in _UNRUN_PRESETS.items() if p not in runs},
             "tasks_missing": {t: UNCOVERED_TASKS.get(t, "no micro run uses it") for t in sorted(set(TASKS) - tasks)}}
 
 # %% ../nbs/36_fingerprint.ipynb #05404c5a
@@ -311,7 +320,7 @@ def report(kinds:tuple=tuple(KINDS)) -> str:
     cov = coverage()
     lines.append(f"fields exercised: {cov['covered']} of {cov['fields']} (Algo and TrainConfig); uncovered:")
     lines += [f"  {f}: {why}" for f, why in cov["uncovered"].items()]
-    lines += [f"  preset {p}: no micro run" for p in cov["presets_missing"]]
+    lines += [f"  preset {p}: no micro run" for p in cov["presets_missing"]] + [f"  preset {p}: no micro run; {why}" for p, why in cov["presets_unrun"].items()]
     lines += [f"  task {t}: {why}" for t, why in cov["tasks_missing"].items()]
     lines.append(f"behaviour keys: lab runs {behaviour_key('rl')}, lab evaluations {behaviour_key('eval')}, SFT {behaviour_key('sft')}")
     return "\n".join(lines)

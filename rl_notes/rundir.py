@@ -172,7 +172,7 @@ class RunLock:
 
 # %% ../nbs/27_rundir.ipynb #99ebd16a
 RUN_MARKER = ".rl_notes_run"  # written by `prepare`: the rl_notes version and the names of a run's files (what overwrite may delete)
-RUN_FILES = ("config.json", "metrics.jsonl", "ckpt", "done.json", "log.txt", "tensorboard", "wandb", "model")  # a run's fixed names (no patterns): `model` is its exported Hugging Face model, `wandb` the W&B reporter's files; each `eval-<key>.json` is added as it is written (`RunDir.write_json`)
+RUN_FILES = ("config.json", "metrics.jsonl", "ckpt", "done.json", "log.txt", "tensorboard", "wandb", "model", "doctor_findings.jsonl")  # a run's fixed names (no patterns): `model` is its exported Hugging Face model, `wandb` the W&B reporter's files, `doctor_findings.jsonl` the live doctor's (`TrainConfig.doctor_every`); each `eval-<key>.json` is added as it is written (`RunDir.write_json`)
 RUNNER_FILES = ("job.json", "log.txt")  # the experiment runner writes these before the run opens the directory; overwrite keeps job.json
 
 def _version() -> str:

@@ -11,10 +11,10 @@ from typing import Literal
 from .configs import validate_config, from_trl, TRL_NAMES, ConfigError
 
 # %% auto #0
-__all__ = ['PRESETS', 'TRL_TRAIN', 'RUN_CONTROL', 'KEY_LATE', 'CHARS', 'OFFPOLICY_FIELDS', 'LAB_DEFAULTS', 'REAL_MODEL_PARAMS',
-           'PATH_FIELDS', 'Algo', 'get_algo', 'late_absent', 'TrainConfig', 'trl_config', 'SFTConfig', 'reward_spec',
-           'lr_factor', 'eval_due', 'offpolicy_settings', 'sampler_differs', 'dir_problem', 'content_changes',
-           'paths_read']
+__all__ = ['PRESETS', 'TRL_TRAIN', 'PRESET_TRAIN', 'RUN_CONTROL', 'KEY_LATE', 'CHARS', 'OFFPOLICY_FIELDS', 'LAB_DEFAULTS',
+           'REAL_MODEL_PARAMS', 'PATH_FIELDS', 'Algo', 'get_algo', 'late_absent', 'TrainConfig', 'trl_config',
+           'SFTConfig', 'reward_spec', 'lr_factor', 'eval_due', 'offpolicy_settings', 'sampler_differs', 'dir_problem',
+           'content_changes', 'paths_read']
 
 # %% ../nbs/21_trainconfig.ipynb #2efb1170
 def _f(default, **rules):
@@ -37,10 +37,10 @@ def _lam_or_adaptive(v) -> str|None:
     return None if v == "adaptive" or 0 <= v <= 1 else "must be a float in [0, 1] or 'adaptive'"
 
 def _table(what:str):
-    "The names a field of `Algo` may take (`adv`, `loss`, `agg`, `kl`, `rs`, `gate`) or the estimators with a critic (`critic`), from the modules that implement them."
+    "The names a field of `Algo` may take (`adv`, `loss`, `agg`, `kl`, `rs`, `gate`), the estimators with a critic (`critic`) or without a group (`group_free`), from the modules that implement them."
     from rl_notes import core, offpolicy, algo  # lazy: they load torch, and the command line imports this module for --help without it
     return {"adv": algo.ADVANTAGE_ESTIMATORS, "loss": algo.POLICY_LOSSES, "agg": core.AGG_MODES, "kl": core.KL_KINDS,
-            "rs": offpolicy.RS_LEVELS, "gate": offpolicy.GATE_PRESETS, "critic": algo.CRITIC_ESTIMATORS}[what]
+            "rs": offpolicy.RS_LEVELS, "gate": offpolicy.GATE_PRESETS, "critic": algo.CRITIC_ESTIMATORS, "group_free": algo.GROUP_FREE_ESTIMATORS}[what]
 
 @dataclass
 class Algo:
@@ -102,6 +102,7 @@ class Algo:
     entropy_coef_max: float = _f(1.0, ge=0)  # its upper bound
     entropy_coef_delta: float = _f(0.005, ge=0)  # its step per optimizer step
     entropy_target: float = _f(0.2, ge=0)  # the entropy it holds, nats per token over the tokens the bonus acts on (TRL's default 0.2 engages only near a collapse: set it near the entropy early in training)
+    flash_delta: float = _f(3e-3, ge=0, allow_inf=True)  # FlashREINFORCE (loss="flash_reinforce"): admit a response when the mean over its tokens of KL(Bern(mu(y_t)) || Bern(pi(y_t))) is <= flash_delta (TRL's FlashREINFORCEConfig.delta); inf: admit every response
 
     def __post_init__(self):
         validate_config(self)
@@ -109,6 +110,10 @@ class Algo:
                                  ("ref_reset_every", self.ref_reset_every > 0)) if on]
         if kl_on and self.beta == 0: raise ValueError(f"Algo.{kl_on[0]} acts on the KL term, which beta=0 turns off: set beta > 0")
         if self.kl_in_reward and self.loss != "clip": raise ValueError(f"Algo.kl_in_reward moves the KL out of the loss; only loss='clip' has one, got loss={self.loss!r}")
+        if self.loss == "flash_reinforce" and self.clip_anchor != "sampler":
+            raise ValueError("Algo.loss='flash_reinforce' weighs each token by pi / mu, mu the policy that sampled: it needs clip_anchor='sampler' "
+                             f"(the sampler's own log-probs as old_logp), got {self.clip_anchor!r}")
+        if self.loss == "flash_reinforce" and self.beta > 0: raise ValueError(f"Algo.loss='flash_reinforce' has no KL term: beta must be 0, got {self.beta:g}")
         fix = [k for k in ("tis", "rs", "opsm_delta", "gate") if getattr(self, k) is not None]
         if fix and self.clip_anchor == "sampler":
             raise ValueError(f"Algo.clip_anchor='sampler' makes pi_old the sampler's mu, so Algo.{fix[0]} would weigh every token by 1; "
@@ -174,10 +179,17 @@ PRESETS = {
     # TRL 1.16's GRPOConfig() defaults: scale_rewards="group", loss_type="dapo" (a token mean over the batch), epsilon 0.2,
     # importance_sampling_level="token", beta 0 (so no KL term and no reference model; TRL's use_bias_correction_kl then has no effect)
     "trl": dict(adv="group", loss="clip", agg="token-mean", eps_low=0.2, eps_high=0.2, beta=0.0, kl="k3"),
+    # FlashREINFORCE (Hu, Zhang et al. 2026; TRL main's FlashREINFORCEConfig): one response per prompt, the batch's mean reward as the
+    # baseline, REINFORCE weighted by the unclipped, detached pi / mu with mu the sampler's own log-probs, a response admitted when the
+    # mean binary KL of its sampled tokens is <= 3e-3; no clip, no KL, the mean per response then over the batch
+    "flash_reinforce": dict(adv="batch-mean", loss="flash_reinforce", agg="seq-mean-token-mean", clip_anchor="sampler", beta=0.0, flash_delta=3e-3),
 }
 # the TrainConfig part of GRPOConfig's defaults (learning_rate, max_completion_length, lr_scheduler_type): `--algo trl` and
 # `trl_config("trl")` start from them; `TrainConfig(algo="trl")` takes the algorithm only
 TRL_TRAIN = {"lr": 1e-6, "max_new_tokens": 512, "lr_scheduler_type": "linear"}
+# the TrainConfig settings a preset brings on the command line (`--algo`) and in `trl_config`: GRPOConfig's for `trl`, one response
+# per prompt for `flash_reinforce` (TRL's num_generations=1); a setting given explicitly wins
+PRESET_TRAIN = {"trl": TRL_TRAIN, "flash_reinforce": {"group_size": 1}}
 
 def _trl_checks(a:Algo, base_loss:str, trl:dict):
     "TRL's delta and importance_sampling_level act as rl_notes' dual clip and `gspo` loss only where they compute the same; else one line."
@@ -195,6 +207,9 @@ def get_algo(name:str|Algo,  # a preset name (`PRESETS`) or an `Algo`, returned 
             ) -> Algo:
     "The `Algo` of a preset, with `overrides` applied (by `Algo`'s field names or TRL GRPOConfig's: `rl_notes.configs.TRL_NAMES`)."
     trl = {k: overrides[k] for k in ("delta", "importance_sampling_level", "loss_type") if k in overrides}
+    if "delta" in trl and overrides.get("loss", name.loss if isinstance(name, Algo) else PRESETS.get(name, {}).get("loss")) == "flash_reinforce":
+        raise ConfigError(f"delta={trl['delta']!r} is TRL GRPOConfig's dual clip, not FlashREINFORCEConfig's delta (a KL bound): "
+                          "set rl_notes' flash_delta (--set flash_delta=...)")
     overrides = from_trl("Algo", [f.name for f in dataclasses.fields(Algo)], overrides)
     if isinstance(name, Algo): a, base = dataclasses.replace(name, **overrides), name.loss
     else:
@@ -237,7 +252,7 @@ KEY_LATE = {"logprob_path": "auto", "lr_scheduler_type": "constant", "warmup_rat
             "algo.vespo_k_neg": 3.0, "algo.vespo_lambda_neg": 2.0,
             "algo.gate": None, "algo.gate_low": None, "algo.gate_high": None, "teacher": None, "distill_coef": 1.0,
             "algo.entropy_coef": 0.0, "algo.use_adaptive_entropy": False, "algo.entropy_coef_min": 0.0, "algo.entropy_coef_max": 1.0,
-            "algo.entropy_coef_delta": 0.005, "algo.entropy_target": 0.2}
+            "algo.entropy_coef_delta": 0.005, "algo.entropy_target": 0.2, "algo.flash_delta": 3e-3, "doctor_every": None, "doctor_stop": False}
 _ABSENT = object()
 
 def _dotted(d:dict, k:str):
@@ -310,6 +325,8 @@ class TrainConfig:
     overwrite: bool = _f(False, help="replace a previous run found in out_dir (without it, starting over one is refused)")
     accept_changed: bool = _f(False, help="resume although the dataset, a reward file, the model or the teacher changed since the checkpoint (their content hash differs)")
     stop_at: int|None = _f(None, ge=0, help="stop after this step without the final checkpoint, as if killed (for tests)")
+    doctor_every: int|None = _f(None, ge=1, help="run the doctor (`rl_notes doctor`) on the run's metric rows every N steps: each new finding is printed once and appended to out_dir/doctor_findings.jsonl; None: off")
+    doctor_stop: bool = _f(False, help="with doctor_every: end the run, with a checkpoint, at the first present finding")
     threads: int|None = _f(None, ge=1, help="torch.set_num_threads; None: leave as is")
     progress: bool = _f(True, help="tqdm progress bar")
 
@@ -322,10 +339,15 @@ class TrainConfig:
         a = self.algo
         if self.critic_init is not None and not a.uses_critic:
             raise ValueError(f"TrainConfig.critic_init is set ({self.critic_init!r}) but algo {a.name!r} has no critic (adv={a.adv!r})")
-        if not a.uses_critic and a.adv != "none" and self.group_size < 2:
-            raise ValueError(f"algo {a.name!r} uses group advantages: TrainConfig.group_size must be >= 2, got {self.group_size}")
+        if not a.uses_critic and a.adv not in _table("group_free") and self.group_size < 2:
+            raise ValueError(f"algo {a.name!r} uses group advantages (adv={a.adv!r}): TrainConfig.group_size must be >= 2, got {self.group_size}; "
+                             "one response per prompt needs a baseline without a group: adv='batch-mean' (preset flash_reinforce) or a critic (adv='gae')")
+        if a.loss == "flash_reinforce" and self.ppo_epochs * self.n_minibatches > 1:
+            raise ValueError("Algo.loss='flash_reinforce' takes one optimizer step per batch (then discards it): TrainConfig.ppo_epochs and "
+                             f"n_minibatches must be 1, got {self.ppo_epochs} and {self.n_minibatches}")
         if a.soft_overlong and a.cache_len > self.max_new_tokens:
             raise ValueError(f"Algo.cache_len ({a.cache_len}) must be <= TrainConfig.max_new_tokens ({self.max_new_tokens}) for the soft overlong punishment")
+        if self.doctor_stop and not self.doctor_every: raise ValueError("TrainConfig.doctor_stop needs doctor_every (how often the doctor reads the run)")
         if self.n_prompts % self.n_minibatches: raise ValueError(f"TrainConfig.n_prompts ({self.n_prompts}) must be divisible by n_minibatches ({self.n_minibatches})")
         if self.dtype == "float16" and not self.lora_r:
             raise ValueError("TrainConfig.dtype='float16' trains every weight in float16, where AdamW's epsilon (1e-8) underflows to 0 and "
@@ -373,7 +395,7 @@ def trl_config(algo:str|Algo="grpo",  # the preset the algorithm's settings chan
     is_algo = lambda k: k in af or (k in TRL_NAMES and TRL_NAMES[k].cls == "Algo")
     a = {k: v for k, v in kw.items() if is_algo(k)}
     t = from_trl("TrainConfig", tf, {k: v for k, v in kw.items() if not is_algo(k)})
-    return TrainConfig(algo=get_algo(algo, **a), **({**TRL_TRAIN, **t} if algo == "trl" else t))
+    return TrainConfig(algo=get_algo(algo, **a), **({**PRESET_TRAIN.get(algo, {}), **t} if isinstance(algo, str) else t))
 
 # %% ../nbs/21_trainconfig.ipynb #37911bf3
 CHARS = "0123456789+-*()=,:"  # every character a prompt or response of the lab's tasks (`rl_notes.tasks`) can contain

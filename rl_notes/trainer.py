@@ -24,7 +24,7 @@ from .checkpoint import CheckpointError
 from .cache import cache_dir, content_sha256
 from .trainconfig import (Algo, TrainConfig, RUN_CONTROL, PATH_FIELDS, late_absent, _dataset_label, _reward_file, content_changes, paths_read, lr_factor, eval_due,
                                   dir_problem, _check_extras, _warn_tiny_defaults)
-from .algo import Batch, make_batch, ADVANTAGE_ESTIMATORS, POLICY_LOSSES, Tokens, modify_tokens, estimate_advantages, micro_share, EntropyBonus
+from .algo import Batch, make_batch, ADVANTAGE_ESTIMATORS, POLICY_LOSSES, Tokens, modify_tokens, estimate_advantages, micro_share, EntropyBonus, loss_logs
 from .report import Meter, Reporter, MODEL_DIR, export_model, export_step, recover_model, TrainResult, named_row
 from .policies import Sampler, Reference, Teacher, teacher_dir
 
@@ -120,10 +120,8 @@ def _models(cfg:TrainConfig, acc, model_dir:Path|None=None) -> dict:
     policy.to(acc.device).train()
     # under LoRA the reference is the same model with its adapters disabled (`_old_ref_logp`), not a copy
     ref = copy.deepcopy(policy).eval().requires_grad_(False) if cfg.algo.beta > 0 and not cfg.lora_r else None
-    critic = None
-    if cfg.algo.uses_critic:
-        critic = (value_model_from_policy(policy) if cfg.critic_init is None else
-                  value_model_from_reward_model(load_reward_model(cfg.critic_init, policy))).to(acc.device)
+    critic = None if not cfg.algo.uses_critic else (value_model_from_policy(policy) if cfg.critic_init is None else
+                                                    value_model_from_reward_model(load_reward_model(cfg.critic_init, policy))).to(acc.device)
     if cfg.lora_r:
         policy = apply_lora(policy, r=cfg.lora_r, alpha=cfg.lora_alpha, dropout=cfg.lora_dropout, target_modules=cfg.lora_target_modules)
     if cfg.gradient_checkpointing:
@@ -542,9 +540,9 @@ def _policy_step(run:Run, step:int, mb:Batch, old_logp, ref_logp, n_tok:float, n
             part = part + _dp_global(run, lm); lm_total += float(_dp_global(run, lmm["nll"]))
         run.acc.backward(part)
         total += float(part.detach())
-        w = float(c.loss_mask.sum())
-        mt.add("entropy", masked_mean(ent.detach(), c.loss_mask), w)
+        w = float(c.loss_mask.sum()); mt.add("entropy", masked_mean(ent.detach(), c.loss_mask), w)
         for k in ("clipfrac", "clipfrac_low", "clipfrac_high", "approx_kl", "ratio_mean"): mt.add(k, pm[k], w)
+        for k, v, n in loss_logs(algo, pm, c.loss_mask): mt.add(k, v, n)                            # the loss's own metrics (`LOSS_LOGS`)
         mt.add("kl_ref", pm.get("kl", 0.0), w if "kl" in pm else 0)
         for k, trl in (("clipfrac_low", "low_mean"), ("clipfrac_high", "high_mean"), ("clipfrac", "region_mean")): mt.add(f"clip_ratio/{trl}", pm[k], w)   # TRL's names
         mt.add("kl", pm.get("kl", 0.0), w if "kl" in pm else 0)                                                          # TRL's name of kl_ref
@@ -635,13 +633,13 @@ class StopRequest:
     def __exit__(self, *exc):
         if self.old is not None: signal.signal(signal.SIGINT, self.old); self.old = None
 
-def _stop(run:Run, step:int):
-    "After the step a Ctrl-C asked to stop at: its checkpoint (unless just written), then `KeyboardInterrupt`."
+def _stop(run:Run, step:int, why:str="Ctrl-C"):
+    "After the step a Ctrl-C (or the doctor: `why`) asked to stop at: its checkpoint (unless just written), then, for a Ctrl-C, `KeyboardInterrupt`."
     if run.saved != step:
         models = [m for m in (run.policy, run.critic) if m is not None]
         if all(bool(torch.isfinite(p).all()) for m in models for p in m.parameters()):
             run.dir.save(step, run.cfg, run.acc, run.policy, run.opt, run.critic, run.copt, **_ckpt_extras(run)); run.saved = step
-    raise KeyboardInterrupt(f"stopped by Ctrl-C after step {step}")
+    if why == "Ctrl-C": raise KeyboardInterrupt(f"stopped by Ctrl-C after step {step}")
 
 # %% ../nbs/33_trainer.ipynb #659114af
 @contextlib.contextmanager
@@ -670,8 +668,10 @@ def _first_rows(run:Run):
 
 def train(cfg:TrainConfig,  # the run
           accelerator=None,  # an `accelerate.Accelerator`; default: a new one (CPU, GPU or `accelerate launch` settings)
+          doctor=None,  # `doctor(rows, step, main)` after each step, True: end the run with a checkpoint (`rl_notes.doctor.live_doctor(cfg)`)
          ) -> TrainResult:  # the metric rows of this run (a list; also in out_dir/metrics.jsonl) and the paths of its files
     "Run (or resume) RL training; writes metrics.jsonl, config.json and checkpoints under `cfg.out_dir`."
+    if cfg.doctor_every and doctor is None: raise ValueError("TrainConfig.doctor_every needs the doctor: train(cfg, doctor=rl_notes.doctor.live_doctor(cfg))")
     with setup(cfg, accelerator) as run, StopRequest(run.W == 1) as stop:   # data parallel: Ctrl-C stops every process at once, as before
         if run.start == 0:
             with _marked(0): _first_rows(run)
@@ -679,8 +679,7 @@ def train(cfg:TrainConfig,  # the run
             recover_model(m := Path(cfg.out_dir) / MODEL_DIR)            # a killed export's swap put back, a link there unlinked
             if export_step(m) != run.start:                             # model/ missing or stale (an export that failed, a Ctrl-C)
                 with _marked(run.start): export_model(run, run.start)   # from the checkpoint just loaded
-        bar = tqdm(range(run.start + 1, cfg.steps + 1), desc=run.algo.name, disable=not (cfg.progress and run.main),
-                   initial=run.start, total=cfg.steps)
+        bar = tqdm(range(run.start + 1, cfg.steps + 1), desc=run.algo.name, disable=not (cfg.progress and run.main), initial=run.start, total=cfg.steps)
         for step in bar:
             with _marked(step):
                 t0, mt = time.time(), Meter()
@@ -692,5 +691,6 @@ def train(cfg:TrainConfig,  # the run
                 bar.set_postfix({k: f"{row[k]:.2f}" for k in ("acc", "resp_len", "heldout_acc") if row.get(k) is not None})
                 checkpoint(run, step)
                 if stop.asked: _stop(run, step)
+                if doctor is not None and doctor(run.rows, step, run.main): _stop(run, step, "doctor"); break   # a present finding (`doctor_stop`)
                 if cfg.stop_at is not None and step >= cfg.stop_at: break
         return TrainResult(run.rows, cfg.out_dir)
