@@ -24,7 +24,7 @@ from .checkpoint import CheckpointError
 from .cache import cache_dir, content_sha256
 from .trainconfig import (Algo, TrainConfig, RUN_CONTROL, PATH_FIELDS, late_absent, _dataset_label, _reward_file, content_changes, paths_read, lr_factor, eval_due,
                                   dir_problem, _check_extras, _warn_tiny_defaults)
-from .algo import Batch, make_batch, ADVANTAGE_ESTIMATORS, POLICY_LOSSES, Tokens, modify_tokens, estimate_advantages, micro_share, EntropyBonus, loss_logs
+from .algo import Batch, make_batch, POLICY_LOSSES, Tokens, modify_tokens, estimate_advantages, micro_share, EntropyBonus, loss_logs
 from .report import Meter, Reporter, MODEL_DIR, export_model, export_step, recover_model, TrainResult, named_row
 from .policies import Sampler, Reference, Teacher, teacher_dir
 
