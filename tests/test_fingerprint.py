@@ -1,7 +1,7 @@
 "Behaviour fingerprints: a pure refactor keeps the key, a planted change of behaviour changes it, a field no micro run sets is reported, rows are bit-reproducible across processes."
 import dataclasses, json, subprocess, sys
 import pytest, torch
-from rl_notes import trainer, fingerprint as fpm
+from rl_notes import algo as algo_tables, trainer, fingerprint as fpm
 from rl_notes.fingerprint import (fingerprint, rows_key, behaviour_key, fingerprint_memo, coverage, inert, micro_model, RL_RUNS,
                                   NOT_BEHAVIOUR, KINDS, OFFPOLICY_RUNS, rl_config_kw)
 from rl_notes.trainconfig import offpolicy_settings
@@ -37,13 +37,13 @@ def test_rows_are_exact_and_exercise_the_loss(base):
 
 
 def test_pure_refactor_keeps_the_key(micro, base):
-    clip, gae = trainer.POLICY_LOSSES["clip"], trainer.ADVANTAGE_ESTIMATORS["gae"]
+    clip, gae = trainer.POLICY_LOSSES["clip"], algo_tables.ADVANTAGE_ESTIMATORS["gae"]
     def loss(algo, *a, **kw): return clip(algo, *a, **kw)                         # other code, the same numbers
     assert rows_key(_with(trainer.POLICY_LOSSES, "clip", loss, micro)) == rows_key(base)
     def adv(algo, batch, reduce=None):
         a, r = gae(algo, batch, reduce)
         return a.clone(), r.clone()
-    assert rows_key(_with(trainer.ADVANTAGE_ESTIMATORS, "gae", adv, micro)) == rows_key(base)
+    assert rows_key(_with(algo_tables.ADVANTAGE_ESTIMATORS, "gae", adv, micro)) == rows_key(base)
 
 
 def test_planted_change_of_behaviour_changes_the_key(micro, base):
@@ -51,9 +51,9 @@ def test_planted_change_of_behaviour_changes_the_key(micro, base):
     def wider(algo, *a, **kw): return clip(dataclasses.replace(algo, eps_high=algo.eps_high + 0.05), *a, **kw)   # one flag's effect
     got = _with(trainer.POLICY_LOSSES, "clip", wider, micro, ["grpo"])
     assert rows_key(got) != rows_key({"grpo": base["grpo"]})
-    gae = trainer.ADVANTAGE_ESTIMATORS["gae"]
+    gae = algo_tables.ADVANTAGE_ESTIMATORS["gae"]
     def lam(algo, batch, reduce=None): return gae(dataclasses.replace(algo, lam_actor=0.9), batch, reduce)       # an estimator's lambda
-    got = _with(trainer.ADVANTAGE_ESTIMATORS, "gae", lam, micro, ["ppo"])
+    got = _with(algo_tables.ADVANTAGE_ESTIMATORS, "gae", lam, micro, ["ppo"])
     assert rows_key(got) != rows_key({"ppo": base["ppo"]})
 
 
