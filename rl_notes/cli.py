@@ -486,7 +486,7 @@ def _train(a) -> int:
         for line in notes + [f"rl_notes: {w.message}" for w in caught] + [_batch_line(cfg, W)]: print(line)
     acc = Accelerator()
     from rl_notes.doctor import live_doctor  # numpy only: the doctor of --doctor-every, passed to the trainer (a lower layer)
-    rows = train(cfg, acc, doctor=live_doctor(cfg) if cfg.doctor_every else None)
+    rows = train(cfg, acc, **({"doctor": live_doctor(cfg)} if cfg.doctor_every else {}))   # without it: the plain call
     acc.wait_for_everyone()
     acc.end_training()       # destroys the process group under data parallel: a gloo group left alive can abort the exit
     key = "heldout_acc" if any(r.get("heldout_acc") is not None for r in rows) else "heldout_reward"   # accuracy only from a verifier

@@ -175,7 +175,7 @@ def test_overwrite_keeps_what_the_new_run_reads(world, tmp_path, capsys):
     assert main(args(world, run, "--steps", "1", "--overwrite", dataset=data, reward=rew)) == 0
     assert digest(data, rew) == before
     assert json.loads((run / ".rl_notes_run").read_text())["files"] == ["config.json", "metrics.jsonl", "ckpt", "done.json", "log.txt",
-                                                                         "tensorboard", "wandb", "model"]
+                                                                         "tensorboard", "wandb", "model", "doctor_findings.jsonl"]
     capsys.readouterr()
 
 
