@@ -69,3 +69,26 @@ def digits(prompts, completions, **kw): return [sum(c.isdigit() for c in x) / ma
 cfg = GRPOConfig(output_dir={str(tmp_path / 'run')!r}, **{args!r})
 ds = Dataset.from_dict({{"prompt": [f"{{a}}+{{b}}=" for a in range(4) for b in range(4)]}})
 """
+
+
+# ---- the command line with the trainer stubbed (tests of options and spellings) ----
+
+class _Rows(list):
+    metrics_file, model_dir = "metrics.jsonl", None
+
+
+@pytest.fixture
+def cli_cfg(monkeypatch, tmp_path, capsys):
+    "`main(['train', '--model', DIR, *args])` with the trainer replaced by a stub: (exit code, the TrainConfig it got or None, stdout, stderr)."
+    import rl_notes.trainer
+    got = {}
+    def fake_train(cfg, acc=None): got["cfg"] = cfg; return _Rows()
+    monkeypatch.setattr(rl_notes.trainer, "train", fake_train)
+    (tmp_path / "model").mkdir(exist_ok=True)
+    def run(*args):
+        got.clear()
+        from rl_notes.cli import main
+        code = main(["train", "--model", str(tmp_path / "model"), "--output-dir", str(tmp_path / "run"), *map(str, args)])
+        out, err = capsys.readouterr()
+        return code, got.get("cfg"), out, err
+    return run

@@ -3,7 +3,7 @@ and its gradient from `GRPOTrainer._compute_loss` on the same tensors (grpo_trai
 path it steps, the gradient of its fused LM head's entropy (trl/kernels/chunked_logprob.py); then short runs on the micro
 model: the coefficient moves by delta per optimizer step, a closed gate trains as no bonus, micro-batches change no
 number, a resumed run is the uninterrupted one; the option names on the command line; a property: c stays in its bounds."""
-import collections, json, math, types
+import collections, json, types
 import pytest
 import torch
 from hypothesis import given, settings, strategies as st
@@ -12,7 +12,7 @@ trl = pytest.importorskip("trl")
 from rl_notes.algo import EntropyBonus, POLICY_LOSSES, Tokens, modify_tokens
 from rl_notes.cli import main
 from rl_notes.core import logprobs_from_hidden
-from rl_notes.family import adapt_entropy_coef, entropy_bonus
+from rl_notes.family import adapt_entropy_coef
 from rl_notes.report import Meter
 from rl_notes.trainconfig import Algo, TrainConfig, get_algo, trl_config
 
@@ -285,36 +285,17 @@ def test_resume_is_exact(micro_sft, tmp_path, target):
 
 # ---- the command line and TRL's names ---------------------------------------------------------------------------------
 
-class _Rows(list):
-    metrics_file, model_dir = "metrics.jsonl", None
-
-
-@pytest.fixture
-def cli_cfg(monkeypatch, tmp_path, capsys):
-    "`main(['train', '--model', DIR, *args])` with the trainer replaced by a stub: (exit code, the TrainConfig it got or None, stderr)."
-    import rl_notes.trainer
-    got = {}
-    def fake_train(cfg, acc=None): got["cfg"] = cfg; return _Rows()
-    monkeypatch.setattr(rl_notes.trainer, "train", fake_train)
-    (tmp_path / "model").mkdir(exist_ok=True)
-    def run(*args):
-        got.clear()
-        code = main(["train", "--model", str(tmp_path / "model"), "--output-dir", str(tmp_path / "run"), *map(str, args)])
-        return code, got.get("cfg"), capsys.readouterr().err
-    return run
-
-
 def test_trl_spellings_on_the_command_line(cli_cfg):
-    code, cfg, err = cli_cfg("--entropy-coef", "0.01")
+    code, cfg, _, err = cli_cfg("--entropy-coef", "0.01")
     assert code == 0 and (cfg.algo.entropy_coef, cfg.algo.use_adaptive_entropy) == (0.01, False), err
-    code, cfg, err = cli_cfg("--use_adaptive_entropy", "--entropy_target", "1.5", "--entropy-coef-delta", "0.01", "--entropy-coef-max", "0.5")
+    code, cfg, _, err = cli_cfg("--use_adaptive_entropy", "--entropy_target", "1.5", "--entropy-coef-delta", "0.01", "--entropy-coef-max", "0.5")
     assert code == 0, err
     assert [getattr(cfg.algo, k) for k in ENT_FIELDS] == [0.0, True, 0.0, 0.5, 0.01, 1.5]
-    code, cfg, err = cli_cfg("--use-adaptive-entropy", "false", "--set", "entropy_coef=0.02")
+    code, cfg, _, err = cli_cfg("--use-adaptive-entropy", "false", "--set", "entropy_coef=0.02")
     assert code == 0 and (cfg.algo.entropy_coef, cfg.algo.use_adaptive_entropy) == (0.02, False), err
-    code, cfg, err = cli_cfg("--use-adaptive-entropy", "--entropy-coef", "2")
+    code, cfg, _, err = cli_cfg("--use-adaptive-entropy", "--entropy-coef", "2")
     assert code == 2 and "where use_adaptive_entropy starts, must lie in [entropy_coef_min, entropy_coef_max] = [0, 1]" in err
-    code, cfg, err = cli_cfg("--entropy-coef-min", "0.5", "--entropy-coef-max", "0.1")
+    code, cfg, _, err = cli_cfg("--entropy-coef-min", "0.5", "--entropy-coef-max", "0.1")
     assert code == 2 and "Algo.entropy_coef_min (0.5) must be <= Algo.entropy_coef_max (0.1)" in err
 
 

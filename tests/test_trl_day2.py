@@ -17,26 +17,6 @@ def grpo_config(**kw):
     return trl.GRPOConfig(output_dir="/tmp/trl_day2", use_cpu=True, bf16=False, report_to="none", **kw)
 
 
-class _Rows(list):
-    metrics_file, model_dir = "metrics.jsonl", None
-
-
-@pytest.fixture
-def cli_cfg(monkeypatch, tmp_path, capsys):
-    "`main(['train', '--model', DIR, *args])` with the trainer replaced by a stub: (exit code, the TrainConfig it got or None, stdout, stderr)."
-    import rl_notes.trainer
-    got = {}
-    def fake_train(cfg, acc=None): got["cfg"] = cfg; return _Rows()
-    monkeypatch.setattr(rl_notes.trainer, "train", fake_train)
-    (tmp_path / "model").mkdir(exist_ok=True)
-    def run(*args):
-        got.clear()
-        code = main(["train", "--model", str(tmp_path / "model"), "--output-dir", str(tmp_path / "run"), *map(str, args)])
-        out, err = capsys.readouterr()
-        return code, got.get("cfg"), out, err
-    return run
-
-
 def one_line(err:str) -> str:
     lines = [l for l in err.splitlines() if l.strip()]
     assert len(lines) == 1, err
