@@ -233,12 +233,13 @@ def algo_gates(algo) -> dict:
     return out
 
 def _gated(algo, t:Tokens, name:str, reads_adv:bool):
-    "The modifier of one correction: its gate's weights on the advantages (None when `algo` leaves it off)."
+    "The modifier of one correction: its gate's weights on the advantages and its metrics (None when `algo` leaves it off)."
     kw = algo_gates(algo).get(name)
     if kw is None: return None
     a = None
     if reads_adv: a = t.adv if t.adv.dim() == 1 else masked_mean(t.adv, t.mask.bool(), dim=-1)   # (b,): a response's (mean) advantage
-    return "adv", gate(t.old_logp, t.rollout_logp, t.mask, adv=a, **kw).weights
+    g = gate(t.old_logp, t.rollout_logp, t.mask, adv=a, **kw)
+    return "adv", g.weights, g.metrics
 
 def mod_tis(algo, t:Tokens):
     "Truncated importance sampling (`tis`): weights pi_train / pi_sampler on the advantages; w >= 0 leaves every clip decision unchanged."
@@ -267,18 +268,21 @@ def mod_clip_cov(algo, t:Tokens):
     return "keep", clip_cov_mask(t.logp, t.adv, t.mask, clip_ratio=algo.clip_cov_ratio, cov_lb=algo.clip_cov_lb, cov_ub=algo.clip_cov_ub,
                                  old_logp=t.old_logp, eps_low=algo.eps_low, eps_high=algo.eps_high, reduce=t.reduce)
 
-# name -> fn(algo, tokens) -> None (off), ("adv", (b, T) weights of the advantages) or ("keep", (b, T) bool: the tokens that keep
-# their gradient); applied in this order, each seeing the advantages the earlier ones left
+# name -> fn(algo, tokens) -> None (off), ("adv", (b, T) weights of the advantages, {metric: scalar}) or ("keep", (b, T) bool: the
+# tokens that keep their gradient); applied in this order, each seeing the advantages the earlier ones left
 TOKEN_MODIFIERS = {"tis": mod_tis, "rs": mod_rs, "opsm": mod_opsm, "gate": mod_gate, "entropy_mask": mod_entropy, "clip_cov": mod_clip_cov}
 
-def modify_tokens(algo, t:Tokens) -> tuple[torch.Tensor, torch.Tensor|None]:
+def modify_tokens(algo, t:Tokens,
+                  log:dict|None=None,  # filled with each gate's metrics as "<modifier>/<metric>" (e.g. "tis/truncated"), when given
+                 ) -> tuple[torch.Tensor, torch.Tensor|None]:
     "The advantages after every modifier of `TOKEN_MODIFIERS` that `algo` turns on, and the (b, T) tokens that keep their gradient (None: all)."
     adv, keep = t.adv, None
     # every process calls every modifier: the entropy quantile and the covariance's centring are global-batch statistics
-    for fn in TOKEN_MODIFIERS.values():
+    for name, fn in TOKEN_MODIFIERS.items():
         out = fn(algo, dataclasses.replace(t, adv=adv))
         if out is None: continue
-        kind, x = out
+        kind, x = out[:2]
+        if log is not None and len(out) > 2: log.update({f"{name}/{k}": v for k, v in out[2].items()})
         if kind == "adv": adv = (adv if adv.dim() == 2 else adv[:, None].expand(t.mask.shape)) * x
         else: keep = (t.mask.bool() if keep is None else keep) & x
     return adv, keep

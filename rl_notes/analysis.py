@@ -198,15 +198,17 @@ def verdict(tag:str,  # the claim's name, e.g. "D1"
             sign:int=+1,  # the claimed sign of the effect
             level:float=0.95,  # of the interval that must exclude 0
             history:str|None=None,  # how the design came to be (`HISTORY` tags); default: the one declared in `VERDICT_META`
-            unit:str="seeds",  # what n counts: "seeds" or "batches"
+            unit:str|None=None,  # what n counts: "seeds" or "batches"; default: the unit declared in `VERDICT_META`, else "seeds"
             smallest:float|None=None,  # the smallest effect of interest, when the claim is about size
            ) -> bool:
     "Print the VERDICT line with its three-state verdict (`verdict_state`) and its design history; True when reproduced."
     if sign not in (1, -1): raise ValueError(f"verdict: `sign` must be +1 or -1, got {sign!r}")
+    meta = globals().get("VERDICT_META", {}).get(tag)       # declared further down this module
+    if unit is None: unit = meta.unit if meta else "seeds"
     if unit not in ("seeds", "batches"): raise ValueError(f"verdict: `unit` must be 'seeds' or 'batches', got {unit!r}")
     e = t_test(effect, se, n, level)
     state = verdict_state(effect, min(e.lo, effect), max(e.hi, effect), sign, smallest)
-    if history is None: history = VERDICT_META[tag].history if tag in VERDICT_META else "undeclared"
+    if history is None: history = meta.history if meta else "undeclared"
     print(f"VERDICT {tag}: {state} [{history}] | {what} {effect:+.3f} ± {se:.3f} over {n} {unit} "
           f"({level:.0%} CI [{e.lo:+.3f}, {e.hi:+.3f}], p {e.p:.3f}) | {cond}")
     return state == "reproduced"
@@ -301,6 +303,10 @@ VERDICT_META = {
     **{k: VerdictMeta("pre-registered", +1, _EST) for k in ("SAPO", "VESPO")},
     "LUSPO": VerdictMeta("pre-registered", +1, "LUSPO vs GSPO"),
     **{f"{k}-confirm": VerdictMeta("pre-registered", +1, "OS4-OS6 confirmation") for k in ("OS4", "OS5", "OS6")},
+    **{f"{k}-confirm": VerdictMeta("pre-registered", +1, "D2-many confirmation", "batches") for k in ("D2-many", "D2b-many")},
+    "D1-shift-confirm": VerdictMeta("pre-registered", +1, "D1-shift confirmation"),
+    "D5-search-confirm": VerdictMeta("pre-registered", +1, "D5-search confirmation"),
+    "V1-confirm": VerdictMeta("pre-registered", -1, "V1 confirmation"),
     **{k: VerdictMeta("pre-registered", +1, "IPO vs the stale-sampler corrections") for k in ("IPO-stale", "IPO-IcePop", "IPO-opsm", "IPO-coupled")},
     **{k: VerdictMeta("pre-registered", +1, "entropy target vs the D1 arms") for k in ("ET-adaptive", "ET-vs-CH", "ET-fixed")},
     "FlashREINFORCE": VerdictMeta("pre-registered", +1, "FlashREINFORCE vs GRPO (D3)"),

@@ -521,13 +521,14 @@ def _policy_step(run:Run, step:int, mb:Batch, old_logp, ref_logp, n_tok:float, n
     pre = None if one else _minibatch_tokens(run, mb, parts)                   # a modifier that ranks tokens over the whole minibatch
     if pre is not None:
         old_all = pre[0] if old_logp is None else old_logp
-        adv_all, keep_all = modify_tokens(algo, Tokens(pre[0], old_all, mb.ro.old_logp, pre[1], mb.adv, mb.loss_mask, run.gather, run.reduce))
+        adv_all, keep_all = modify_tokens(algo, Tokens(pre[0], old_all, mb.ro.old_logp, pre[1], mb.adv, mb.loss_mask, run.gather, run.reduce), glog := {})
+        for k_, v in glog.items(): mt.add(k_, v, float(mb.loss_mask.sum()))   # the gates' metrics (`modify_tokens`)
     total, pg_total, lm_total = 0.0, 0.0, 0.0
     for s in parts:
         c = mb if one else mb.rows(torch.arange(s.start, s.stop))
         logp, ent = response_logprobs(run.policy, c.ro, cfg.temperature, with_entropy=True, path=cfg.logprob_path)   # (b, T), (b, T)
         old = logp.detach() if old_logp is None else old_logp[s]
-        if pre is None: adv, keep = modify_tokens(algo, Tokens(logp.detach(), old, c.ro.old_logp, ent.detach(), c.adv, c.loss_mask, run.gather, run.reduce))
+        if pre is None: adv, keep = modify_tokens(algo, Tokens(logp.detach(), old, c.ro.old_logp, ent.detach(), c.adv, c.loss_mask, run.gather, run.reduce), glog := {})
         else: adv, keep = adv_all[s], None if keep_all is None else keep_all[s]
         lp = logp if keep is None else torch.where(keep, logp, logp.detach())                      # outside `keep`: no gradient
         loss, pm = POLICY_LOSSES[algo.loss](algo, lp, old, None if ref_logp is None else ref_logp[s], adv, c.loss_mask, max_tokens=cfg.max_new_tokens,
@@ -541,6 +542,7 @@ def _policy_step(run:Run, step:int, mb:Batch, old_logp, ref_logp, n_tok:float, n
         run.acc.backward(part)
         total += float(part.detach())
         w = float(c.loss_mask.sum()); mt.add("entropy", masked_mean(ent.detach(), c.loss_mask), w)
+        for k_, v in (glog.items() if pre is None else ()): mt.add(k_, v, w)                     # the gates' metrics, e.g. tis/truncated
         for k in ("clipfrac", "clipfrac_low", "clipfrac_high", "approx_kl", "ratio_mean"): mt.add(k, pm[k], w)
         for k, v, n in loss_logs(algo, pm, c.loss_mask): mt.add(k, v, n)                            # the loss's own metrics (`LOSS_LOGS`)
         mt.add("kl_ref", pm.get("kl", 0.0), w if "kl" in pm else 0)

@@ -334,3 +334,24 @@ def test_prime_rl_ipo_mask_and_gradient(seed, threshold):
     (g_ours,) = torch.autograd.grad(ours, theta2)
     torch.testing.assert_close(g_ours, g_theirs, rtol=1e-6, atol=1e-7)
     if threshold == 0.1: assert torch.equal(gate(lp, mu, mask, **GATE_PRESETS["ipo"]).weights, w)   # the preset: IPOLossConfig's default
+
+
+def test_trainer_logs_the_gates_metrics(micro_sft, tmp_path):
+    "A run with a sampler one update behind, token TIS and the IcePop gate: each step's row holds both gates' metrics (`<modifier>/<metric>`), in range; micro-batches log them too; the doctor's reader knows them."
+    from rl_notes.trainer import train
+    from rl_notes.trainconfig import TrainConfig
+    from rl_notes.runlogs import read_log, to_series, KNOWN_UNUSED
+    kw = dict(model=micro_sft, task_kw=dict(max_digits=2, scratchpad=False), steps=3, n_prompts=4, group_size=4, max_new_tokens=3,
+              n_train=500, n_eval=0, progress=False, threads=1, sampler_lag=1,
+              algo=get_algo("grpo", beta=0.0, tis="token_truncate", tis_c_max=1.01, gate="icepop"))
+    for name, extra in (("whole", {}), ("micro", dict(micro_batch_size=3))):
+        rows = train(TrainConfig(out_dir=str(tmp_path / name), **kw, **extra))
+        assert [r["step"] for r in rows] == [0, 1, 2, 3]                          # step 0: the start's row, no update
+        for r in rows[1:]:
+            for m in ("tis", "gate"):
+                assert 0 <= r[f"{m}/kept"] <= 1 and 0 <= r[f"{m}/truncated"] <= 1 and r[f"{m}/weight_mean"] >= 0, (name, r)
+            assert r["tis/kept"] == 1.0 and r["tis/metric_max"] >= 1.0 - 1e-6     # truncation keeps every token; the largest ratio seen
+    source, raw, _ = read_log(tmp_path / "whole")
+    _, unmapped = to_series(raw, source)
+    assert {"tis/truncated", "gate/kept"} <= set(unmapped)                       # no check reads them: known, not unknown
+    assert all(KNOWN_UNUSED[source].match(k) for k in unmapped if k.startswith(("tis/", "gate/")))
