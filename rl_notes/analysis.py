@@ -310,6 +310,7 @@ VERDICT_META = {
     **{k: VerdictMeta("pre-registered", +1, "IPO vs the stale-sampler corrections") for k in ("IPO-stale", "IPO-IcePop", "IPO-opsm", "IPO-coupled")},
     **{k: VerdictMeta("pre-registered", +1, "entropy target vs the D1 arms") for k in ("ET-adaptive", "ET-vs-CH", "ET-fixed")},
     "FlashREINFORCE": VerdictMeta("pre-registered", +1, "FlashREINFORCE vs GRPO (D3)"),
+    **{k: VerdictMeta("pre-registered", +1, "on-policy distillation vs SFT on the teacher's samples and vs GRPO (D3)") for k in ("Distill-vs-SFT", "Distill-vs-RL")},
 }
 
 def verdict_meta(vid:str) -> VerdictMeta|None:
