@@ -21,7 +21,7 @@ from .runlogs import DoctorError, KNOWN_UNUSED, SOURCE_MAPS, VOCAB, _dynamic_sam
 # %% ../nbs/42_doctor.ipynb #3291b047
 MIN_POINTS = 8  # logged values a trend check needs (two windows of at least 3, and something between them)
 T = dict(  # the thresholds (present, borderline); the reasoning is in the markdown above
-    entropy_collapse=(0.25, 0.5), entropy_runaway=(2.0, 1.5), zero_std=(0.5, 0.3), trunc=(0.2, 0.1), trunc_rise=0.1,
+    entropy_collapse=(0.6, 0.65), entropy_runaway=(2.0, 1.5), zero_std=(0.5, 0.3), trunc=(0.2, 0.1), trunc_rise=0.1,
     len_ratio=(1.5, 1.25), value_ev=0.2, value_len_drop=0.3, clip_ratio=(3.0, 2.0), clip_min=0.01,
     kl_growth=(0.5, 0.33), kl_level=(0.2, 0.1), kl_min=0.01, loss_zero=0.01, grad_zero=1e-6, grad_zero_share=0.5,
     grad_spike=10.0, grad_spike_n=(3, 1), reward_share=(0.9, 0.75), trend_p=0.01, reward_gain=0.1, heldout_share=(0.2, 0.5),

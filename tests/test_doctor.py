@@ -168,8 +168,8 @@ def test_other_bad_inputs(tmp_path):
 
 CASES = {
     "entropy collapse": (dict(entropy=ramp(1.0, 0.1)), ["entropy_collapse:present"]),
-    "entropy collapse borderline": (dict(entropy=ramp(1.0, 0.35)), ["entropy_collapse:borderline"]),
-    "entropy healthy fall": (dict(entropy=ramp(1.0, 0.7, noise=0.02)), []),
+    "entropy collapse borderline": (dict(entropy=ramp(1.0, 0.62)), ["entropy_collapse:borderline"]),
+    "entropy healthy fall": (dict(entropy=ramp(1.0, 0.85, noise=0.02)), []),
     "entropy runaway": (dict(entropy=ramp(1.0, 3.0)), ["entropy_runaway:present"]),
     "entropy runaway borderline": (dict(entropy=ramp(1.0, 2.0)), ["entropy_runaway:borderline"]),
     "zero-std groups": (dict(zero_std_frac=ramp(0.4, 0.8)), ["zero_std:present"]),
