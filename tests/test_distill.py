@@ -111,6 +111,9 @@ def test_pure_distillation_moves_the_student_to_the_teacher(models, tmp_path):
     assert last < 0.5 * first, (first, last)
     cfg = json.loads((tmp_path / "run" / "config.json").read_text())
     assert (cfg["teacher"], cfg["distill_coef"], cfg["algo"]["adv"]) == (models["teacher"], 1.0, "none")
+    from rl_notes.runlogs import read_log, to_series, KNOWN_UNUSED        # the doctor knows the teacher's metrics: none is "unknown"
+    source, raw, _ = read_log(tmp_path / "run")
+    assert all(KNOWN_UNUSED[source].match(k) for k in to_series(raw, source)[1] if k.startswith("distill/"))
 
 
 def test_distill_coef_0_trains_as_without_a_teacher(models, tmp_path):
