@@ -229,7 +229,7 @@ def check_length(s:dict) -> Finding|None:
                w["steps"], mets, spans=[w["e_steps"], w["l_steps"]], early=w["early"], late=w["late"], ratio=r, **nums)
 
 def check_value_collapse(s:dict) -> Finding|None:
-    "Early length drop >= 30% while the critic's explained variance stays below 0.2 (first third of the run)."
+    "A length drop >= 30% while the critic's explained variance stays below 0.2 in the first third of the run: inside that third, or over the whole run by a significant Theil-Sen/Mann-Kendall trend (a collapse slower than the window)."
     (xe, ev_), (xl, ln) = s["explained_var"], s["len_mean"]
     end = xl[0] + (xl[-1] - xl[0]) / 3
     ln_e, ev_e = ln[xl <= end], ev_[xe <= end]
@@ -237,11 +237,20 @@ def check_value_collapse(s:dict) -> Finding|None:
     k = max(1, len(ln_e) // 3)
     l0, l1, evm = float(np.median(ln_e[:k])), float(np.median(ln_e[-k:])), float(np.median(ev_e))
     drop = 1 - l1 / l0 if l0 > 0 else 0.0
-    if not (drop >= T["value_len_drop"] and evm < T["value_ev"]): return None
-    ev = (f"steps {xl[0]:g}-{end:g}: length {l0:.3g} -> {l1:.3g} ({drop:.0%} drop, threshold {T['value_len_drop']:.0%}) "
-          f"while the critic's explained variance has median {evm:.2f} (threshold < {T['value_ev']})")
-    return _mk("value_collapse", "early length collapse with an unfit critic (value initialisation)", "present",
-               "high" if drop >= 2 * T["value_len_drop"] else "medium", ev, (xl[0], end), ["len_mean", "explained_var"],
+    if evm >= T["value_ev"]: return None
+    ev_txt = f"while the critic's explained variance in steps {xl[0]:g}-{end:g} has median {evm:.2f} (threshold < {T['value_ev']})"
+    if drop >= T["value_len_drop"]:
+        ev, win, conf = f"steps {xl[0]:g}-{end:g}: length {l0:.3g} -> {l1:.3g} ({drop:.0%} drop, threshold {T['value_len_drop']:.0%}) " + ev_txt, (xl[0], end), drop >= 2 * T["value_len_drop"]
+    else:
+        if len(ln) < MIN_POINTS or np.any(ln <= 0): return None
+        t = trend(xl, _log(ln)); drop = 1 - math.exp(t["change"])
+        if not (drop >= T["value_len_drop"] and t["p"] < T["trend_p"]): return None
+        l0, l1 = math.exp(t["start"]), math.exp(t["end"])
+        ev = (f"steps {xl[0]:g}-{xl[-1]:g}: length {l0:.3g} -> {l1:.3g} on the Theil-Sen line of its log ({drop:.0%} drop, threshold "
+              f"{T['value_len_drop']:.0%}; Mann-Kendall p {t['p']:.1g}), slower than the first third " + ev_txt)
+        win, conf = (xl[0], xl[-1]), drop >= 2 * T["value_len_drop"] and t["p"] < 1e-6
+    return _mk("value_collapse", "length collapse with an unfit critic (value initialisation)", "present",
+               "high" if conf else "medium", ev, win, ["len_mean", "explained_var"],
                len_start=l0, len_end=l1, drop=drop, explained_var=evm)
 
 def check_clip(s:dict) -> Finding|None:
