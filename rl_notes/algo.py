@@ -21,11 +21,11 @@ from .offpolicy import gate, GATE_PRESETS, GATE_READS_ADV
 
 # %% auto #0
 __all__ = ['ADVANTAGE_ESTIMATORS', 'CRITIC_ESTIMATORS', 'GROUP_FREE_ESTIMATORS', 'POLICY_LOSSES', 'LOSS_LOGS', 'RS_LEVELS_GATE',
-           'TOKEN_MODIFIERS', 'Batch', 'make_batch', 'adv_group', 'adv_group_mean', 'adv_group_batch', 'adv_gae',
-           'adv_correct', 'adv_rloo', 'adv_reinforce_pp', 'adv_none', 'adv_batch_mean', 'estimate_advantages',
-           'loss_clip', 'loss_nll', 'loss_gspo', 'loss_cispo', 'loss_sapo', 'loss_vespo', 'loss_kl_cov',
-           'loss_flash_reinforce', 'loss_logs', 'Tokens', 'algo_gates', 'mod_tis', 'mod_rs', 'mod_opsm', 'mod_gate',
-           'mod_entropy', 'mod_clip_cov', 'modify_tokens', 'micro_share', 'EntropyBonus']
+           'TOKEN_MODIFIERS', 'Batch', 'take', 'micro_parts', 'make_batch', 'adv_group', 'adv_group_mean',
+           'adv_group_batch', 'adv_gae', 'adv_correct', 'adv_rloo', 'adv_reinforce_pp', 'adv_none', 'adv_batch_mean',
+           'estimate_advantages', 'loss_clip', 'loss_nll', 'loss_gspo', 'loss_cispo', 'loss_sapo', 'loss_vespo',
+           'loss_kl_cov', 'loss_flash_reinforce', 'loss_logs', 'Tokens', 'algo_gates', 'mod_tis', 'mod_rs', 'mod_opsm',
+           'mod_gate', 'mod_entropy', 'mod_clip_cov', 'modify_tokens', 'micro_share', 'EntropyBonus']
 
 # %% ../nbs/17_algo.ipynb #0f68edbe
 @dataclass
@@ -45,11 +45,28 @@ class Batch:
     kl_reward: torch.Tensor|None = None  # (B, T) -beta times the KL estimate per token, when the KL is in the reward
     distill_adv: torch.Tensor|None = None  # (B, T) the teacher's per-token advantage -distill_coef k1, when a teacher scored the batch (`rl_notes.distill`)
 
-    def rows(self, idx) -> Batch:
+    def rows(self, idx,
+             trim:bool=False,  # also cut the response positions after the longest response of these rows (padding only)
+            ) -> Batch:
         "The rows `idx` (indices or a (B,) bool mask) of every per-response and per-token tensor."
-        pick = lambda x: None if x is None else x[idx]
-        return dataclasses.replace(self, ro=self.ro.select(idx), **{k: pick(getattr(self, k)) for k in
+        W = max(int(self.mask[idx].sum(-1).max()), 1) if trim else None
+        ro = self.ro.select(idx)
+        return dataclasses.replace(self, ro=ro if W is None else ro.trim(W), **{k: take(getattr(self, k), idx, W) for k in
                                    ("reward", "score", "correct", "mask", "loss_mask", "values", "adv", "returns", "ref_logp", "kl_reward", "distill_adv")})
+
+def take(x:torch.Tensor|None, idx, width:int|None=None) -> torch.Tensor|None:
+    "Rows `idx` of a (B,) or (B, T) tensor (None stays None); a (B, T) one cut to its first `width` positions when `width` is given."
+    if x is None: return None
+    x = x[idx]
+    return x[:, :width] if width is not None and x.dim() == 2 else x
+
+def micro_parts(mask:torch.Tensor,  # (B, T) a minibatch's response mask
+                k:int,  # rows per micro-batch
+                by_length:bool=False,  # sort the rows by response length first (each part is then trimmed to its own longest)
+               ) -> list[torch.Tensor]:
+    "The row indices of each micro-batch of `k` rows: in order, or shortest responses first."
+    order = torch.argsort(mask.sum(-1), stable=True) if by_length else torch.arange(len(mask), device=mask.device)
+    return list(order.split(k))
 
 def make_batch(ro,  # sampled responses (an `rl_notes.rollout.Rollout`) (on the model's device)
                reward:torch.Tensor,  # (B,) verifier rewards (the task scores on the CPU)

@@ -45,6 +45,15 @@ class Rollout:
         "The rollout with every tensor on `device`."
         return replace(self, **{k: getattr(self, k).to(device) for k in ("input_ids", "attention_mask", "response_mask", "old_logp", "truncated")})
 
+    def trim(self, width:int) -> "Rollout":
+        "The first `width` response positions (the columns after them must be padding in every row: nothing real is cut)."
+        T = self.response_mask.shape[1]
+        if not 1 <= width <= T: raise ValueError(f"Rollout.trim: `width` must be in [1, {T}], got {width}")
+        if width < T and bool(self.response_mask[:, width:].any()): raise ValueError(f"Rollout.trim: a response is longer than `width` ({width})")
+        P = self.prompt_len
+        return replace(self, input_ids=self.input_ids[:, :P + width], attention_mask=self.attention_mask[:, :P + width],
+                       response_mask=self.response_mask[:, :width], old_logp=self.old_logp[:, :width])
+
     def select(self, idx) -> "Rollout":
         "Rows `idx` (a list/tensor of row indices, or a bool mask of shape (B,)); `group_size` is kept only for whole groups."
         idx = torch.as_tensor(idx)

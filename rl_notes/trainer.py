@@ -24,7 +24,7 @@ from .checkpoint import CheckpointError
 from .cache import cache_dir, content_sha256
 from .trainconfig import (Algo, TrainConfig, RUN_CONTROL, PATH_FIELDS, late_absent, _dataset_label, _reward_file, content_changes, paths_read, lr_factor, eval_due,
                                   dir_problem, _check_extras, _warn_tiny_defaults)
-from .algo import Batch, make_batch, POLICY_LOSSES, Tokens, modify_tokens, estimate_advantages, micro_share, EntropyBonus, loss_logs
+from .algo import Batch, make_batch, POLICY_LOSSES, Tokens, modify_tokens, estimate_advantages, micro_share, micro_parts, take, EntropyBonus, loss_logs
 from .report import Meter, Reporter, MODEL_DIR, export_model, export_step, recover_model, TrainResult, named_row
 from .policies import Sampler, Reference, Teacher, teacher_dir
 
@@ -508,7 +508,7 @@ def _minibatch_tokens(run:Run, mb:Batch, parts:list):
     algo, cfg = run.algo, run.cfg
     if algo.top_entropy_quantile >= 1 and algo.clip_cov_ratio <= 0: return None   # every other modifier is per token or per sequence
     with torch.no_grad():
-        lp, en = zip(*(response_logprobs(run.policy, mb.rows(torch.arange(s.start, s.stop)).ro, cfg.temperature, with_entropy=True,
+        lp, en = zip(*(response_logprobs(run.policy, mb.rows(s).ro, cfg.temperature, with_entropy=True,
                                          path=cfg.logprob_path) for s in parts))
     return torch.cat(lp), torch.cat(en)
 
@@ -516,7 +516,8 @@ def _policy_step(run:Run, step:int, mb:Batch, old_logp, ref_logp, n_tok:float, n
     "One policy update on minibatch `mb`, whole or in micro-batches of `micro_batch_size` rows (each one's share of the loss back-propagated): the per-token modifiers, the algorithm's loss (`POLICY_LOSSES`), the entropy bonus, VAPO's LM loss on correct responses, then one optimizer step."
     cfg, algo, B = run.cfg, run.loss_algo, len(mb.ro)
     k = cfg.micro_batch_size if cfg.micro_batch_size and cfg.micro_batch_size < B else B
-    parts = [slice(s, min(s + k, B)) for s in range(0, B, k)]
+    trim = cfg.trim_micro_batches and algo.top_entropy_quantile >= 1 and algo.clip_cov_ratio <= 0   # no modifier ranks over the minibatch
+    parts = micro_parts(mb.mask, k, by_length=trim)                            # row indices; shortest responses first when trimmed
     one, tm = len(parts) == 1, algo.agg == "token-mean"                         # tm: divided by the global token count
     pre = None if one else _minibatch_tokens(run, mb, parts)                   # a modifier that ranks tokens over the whole minibatch
     if pre is not None:
@@ -525,13 +526,13 @@ def _policy_step(run:Run, step:int, mb:Batch, old_logp, ref_logp, n_tok:float, n
         for k_, v in glog.items(): mt.add(k_, v, float(mb.loss_mask.sum()))   # the gates' metrics (`modify_tokens`)
     total, pg_total, lm_total = 0.0, 0.0, 0.0
     for s in parts:
-        c = mb if one else mb.rows(torch.arange(s.start, s.stop))
-        logp, ent = response_logprobs(run.policy, c.ro, cfg.temperature, with_entropy=True, path=cfg.logprob_path)   # (b, T), (b, T)
-        old = logp.detach() if old_logp is None else old_logp[s]
+        c = mb if one else mb.rows(s, trim=trim); W = c.mask.shape[1]            # trimmed: W <= T, only padding cut
+        logp, ent = response_logprobs(run.policy, c.ro, cfg.temperature, with_entropy=True, path=cfg.logprob_path)   # (b, W), (b, W)
+        old = logp.detach() if old_logp is None else take(old_logp, s, W)
         if pre is None: adv, keep = modify_tokens(algo, Tokens(logp.detach(), old, c.ro.old_logp, ent.detach(), c.adv, c.loss_mask, run.gather, run.reduce), glog := {})
         else: adv, keep = adv_all[s], None if keep_all is None else keep_all[s]
         lp = logp if keep is None else torch.where(keep, logp, logp.detach())                      # outside `keep`: no gradient
-        loss, pm = POLICY_LOSSES[algo.loss](algo, lp, old, None if ref_logp is None else ref_logp[s], adv, c.loss_mask, max_tokens=cfg.max_new_tokens,
+        loss, pm = POLICY_LOSSES[algo.loss](algo, lp, old, take(ref_logp, s, W), adv, c.loss_mask, max_tokens=cfg.max_new_tokens,
                                             global_tokens=max(n_tok, 1.0) if tm else None, reduce=run.reduce)
         part = _dp_global(run, loss * (1.0 if one else micro_share(algo, c.loss_mask, mb.loss_mask)), tm)
         pg_total += float(part.detach())
