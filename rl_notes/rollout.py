@@ -136,6 +136,7 @@ def generate(model,  # a causal LM (e.g. `tiny_llama` or `load_model`)
              seed:int|None=None,  # seeds a private generator (None: the global RNG)
              greedy:bool=False,  # argmax instead of sampling
              cache:str="dynamic",  # "dynamic": keys/values grown each step; "static": pre-allocated for P + max_new_tokens
+             compact:bool=False,  # drop finished rows from the model's batch and KV cache (dynamic cache only); the same draws, other float order
             ) -> Rollout:
     "Sample `group_size` responses per prompt with the KV cache; record old log-probs, masks and truncation."
     if isinstance(prompts, str) or not len(prompts): raise ValueError(f"`prompts` must be a non-empty list of prompts, got {prompts!r}")
@@ -144,6 +145,7 @@ def generate(model,  # a causal LM (e.g. `tiny_llama` or `load_model`)
     if not temperature > 0: raise ValueError(f"`temperature` must be > 0, got {temperature!r}")
     if not 0 < top_p <= 1: raise ValueError(f"`top_p` must be in (0, 1], got {top_p!r}")
     if cache not in ("static", "dynamic"): raise ValueError(f"`cache` must be 'static' or 'dynamic', got {cache!r}")
+    if compact and cache != "dynamic": raise ValueError(f"`compact=True` needs cache='dynamic' (rows are dropped from a growing cache), got cache={cache!r}")
     dev = next(model.parameters()).device
     eos_list = _eos_ids(model, tokenizer)
     eos = torch.tensor(eos_list, device=dev)
@@ -165,8 +167,11 @@ def generate(model,  # a causal LM (e.g. `tiny_llama` or `load_model`)
     done = torch.zeros(B, dtype=torch.bool, device=dev)
     toks, logps, masks = [], [], []
     bad = torch.zeros(B, dtype=torch.bool, device=dev)                       # rows whose logits were NaN or +inf
+    rows = torch.arange(B, device=dev)                                       # (b,) the rows of B the model's batch holds
     for t in range(max_new_tokens):
-        logits = out.logits[:, -1].float()                                  # (B, V)
+        logits = out.logits[:, -1].float()                                  # (b, V)
+        if len(rows) < B:   # compacted: finished rows get zero logits, so every row still draws and the RNG stream is the same
+            logits = logits.new_zeros(B, logits.shape[-1]).index_copy_(0, rows, logits)   # (B, V)
         ok = torch.isfinite(logits.amax(-1))                                 # (B,) amax propagates NaN
         if not bool(ok.all()):                                               # sampling stays valid; refused below
             bad |= ~ok
@@ -178,9 +183,12 @@ def generate(model,  # a causal LM (e.g. `tiny_llama` or `load_model`)
         toks.append(tok); logps.append(torch.where(live, lp, torch.zeros_like(lp))); masks.append(live)
         done = done | torch.isin(tok, eos)
         if bool(done.all()) or t == max_new_tokens - 1: break
+        if compact and int((~done[rows]).sum()) <= 3 * len(rows) // 4:    # a quarter of the batch has finished: drop those rows
+            keep = (~done[rows]).nonzero().squeeze(1)                        # positions in the model's batch
+            out.cache.batch_select_indices(keep); att, next_pos, rows = att[keep], next_pos[keep], rows[keep]
         if static: att[:, P + t] = live.to(att.dtype)
-        else: att = torch.cat([att, live[:, None].to(att.dtype)], 1)
-        out = model(input_ids=tok[:, None], attention_mask=att, position_ids=next_pos, cache=out.cache, use_cache=True)
+        else: att = torch.cat([att, live[rows, None].to(att.dtype)], 1)
+        out = model(input_ids=tok[rows, None], attention_mask=att, position_ids=next_pos, cache=out.cache, use_cache=True)
         next_pos = next_pos + 1
     if bool(bad.any()):
         raise NonFiniteLogits(f"`model` gave NaN or infinite logits for {int(bad.sum())} of {B} rows while generating: "
