@@ -25,7 +25,8 @@ def ours(model_dir, task_kw, a, tmp):
                              n_train=2000, out_dir=os.path.join(tmp, "ours"), progress=False, seed=0,
                              # opt-in: length-sorted micro-batches, each cut to its own longest response (`trim_micro_batches`)
                              **(dict(micro_batch_size=a.trim, trim_micro_batches=True) if getattr(a, "trim", None) else {}),
-                             compact_generation=bool(getattr(a, "compact", False))))   # opt-in: finished rows leave the sampler's batch
+                             compact_generation=bool(getattr(a, "compact", False)),   # opt-in: finished rows leave the sampler's batch
+                             share_prompt=bool(getattr(a, "share", False))))          # opt-in: each distinct prompt once in the log-prob pass
     rows = [r for r in rows if r["step"] > a.warmup]
     B = a.n_prompts * a.G
     return dict(step=[r["time_step"] for r in rows], gen=[r["time_gen"] for r in rows],
@@ -73,6 +74,7 @@ def main():
     p.add_argument("--stat", default="median", choices=("median", "min"), help="median, or min (best case; robust on a busy machine)")
     p.add_argument("--model", default=None, help="use this checkpoint instead of the cached SFT model")
     p.add_argument("--trim", type=int, default=None, help="rl_notes side: micro-batches of this many rows, sorted by length and trimmed (trim_micro_batches)")
+    p.add_argument("--share", action="store_true", help="rl_notes side: the log-prob pass runs each distinct prompt once (share_prompt)")
     p.add_argument("--compact", action="store_true", help="rl_notes side: compacted generation (finished rows leave the sampler's batch: compact_generation)")
     a = p.parse_args()
     torch.set_num_threads(a.threads)

@@ -1,9 +1,10 @@
 """The GRPO step's opt-in speed levers against TRL's GRPOTrainer, at the two character-model sizes of bench_real.py.
 
 Per size and repeat, in one process: rl_notes' step as is, with compacted generation (`compact_generation`: finished rows
-leave the sampler's batch), with compacted generation and sorted, trimmed micro-batches (`trim_micro_batches`), and TRL's
-step (bench_grpo_step.py's set-up: same model, 16 prompts x 8, beta 0). Prints the median step and generation time of each
-and the ratio TRL / rl_notes (> 1: rl_notes faster). Both levers compute the same step up to float order.
+leave the sampler's batch), with the shared prompt too (`share_prompt`: each distinct prompt once in the log-prob pass),
+with those and sorted, trimmed micro-batches (`trim_micro_batches`), and TRL's step (bench_grpo_step.py's set-up: same
+model, 16 prompts x 8, beta 0). Prints the median step and generation time of each and the ratio TRL / rl_notes (> 1:
+rl_notes faster). The levers compute the same step up to float order.
 
     python benchmarks/bench_levers.py [--repeats 5] [--trim 32] [--steps 5] [--warmup 2]
 """
@@ -24,7 +25,8 @@ def main():
     import bench_grpo_step as bg
     from bench_real import char_model
     from rl_notes.tasks import get_task
-    arms = {"as is": {}, "compact": dict(compact=True), f"compact + trim {a.trim}": dict(compact=True, trim=a.trim), "TRL": None}
+    arms = {"as is": {}, "compact": dict(compact=True), "compact + shared prompt": dict(compact=True, share=True),
+            f"compact + shared + trim {a.trim}": dict(compact=True, share=True, trim=a.trim), "TRL": None}
     for scratchpad, T in ((False, 6), (True, 42)):
         d, kw = char_model(scratchpad=scratchpad)
         for r in range(a.repeats):

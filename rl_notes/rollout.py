@@ -230,11 +230,24 @@ def _use_hidden(model, path:str) -> torch.nn.Linear|None:
     if path == "hidden" or head is None: return head
     return head if head.weight.device.type == "cuda" else None        # auto: on a GPU only
 
+def _shared_prompt_logits(model, ids, att, pos, P:int, T:int) -> torch.Tensor:
+    "The (B, T, V) logits of `response_logprobs`, each distinct prompt run once: its keys/values are then indexed out to its rows (gradients flow back through the index)."
+    uniq, inv = torch.unique(ids[:, :P], dim=0, return_inverse=True)       # (U, P), (B,): row i's prompt is uniq[inv[i]]
+    first = torch.empty(len(uniq), dtype=torch.long, device=ids.device)
+    first[inv] = torch.arange(len(inv), device=ids.device)                 # a row of each distinct prompt (equal prompts, equal masks)
+    kv = DynamicCache(config=getattr(model, "module", model).config)
+    o1 = model(input_ids=ids[first, :P], attention_mask=att[first, :P], position_ids=pos[first, :P], cache=kv, use_cache=True, logits_to_keep=1)
+    if T == 1: return o1.logits[inv]                                        # the prompt's last position predicts the only token
+    o1.cache.batch_select_indices(inv)                                      # (U, ...) -> (B, ...) keys and values of every layer
+    o2 = model(input_ids=ids[:, P:-1], attention_mask=att[:, :-1], position_ids=pos[:, P:-1], cache=o1.cache, use_cache=True)
+    return torch.cat([o1.logits[inv], o2.logits], 1)                         # (B, 1 + T - 1, V)
+
 def response_logprobs(model,  # a causal LM (gradients flow unless called under no_grad)
                       rollout:Rollout,  # from `generate`
                       temperature:float|None=None,  # default: the rollout's sampling temperature
                       with_entropy:bool=False,  # also return the per-token entropy
                       path:str="auto",  # "hidden": from the final hidden states and the LM head, the (B, T, V) logits never built (`logprobs_from_hidden`); "logits": from the logits; "auto": hidden on a GPU
+                      share_prompt:bool=False,  # run each distinct prompt once and the responses on its keys/values (a group's G rows share one prompt pass); the same values to float order
                      ):
     "Per-token log-probs (B, T) of the rollout's responses under `model` (and the entropy (B, T) if asked)."
     if temperature is None: temperature = rollout.temperature
@@ -244,8 +257,9 @@ def response_logprobs(model,  # a causal LM (gradients flow unless called under 
     # the last token predicts nothing we need; the last T positions of the rest predict the T response tokens
     head = _use_hidden(model, path)
     with (_head_off(model, head) if head is not None else contextlib.nullcontext()):
-        logits = model(input_ids=ids[:, :-1], attention_mask=att[:, :-1], position_ids=pos[:, :-1],
-                       use_cache=False, logits_to_keep=T).logits             # (B, T, V), or (B, T, H) with the head off
+        if share_prompt: logits = _shared_prompt_logits(model, ids, att, pos, P, T)
+        else: logits = model(input_ids=ids[:, :-1], attention_mask=att[:, :-1], position_ids=pos[:, :-1],
+                             use_cache=False, logits_to_keep=T).logits       # (B, T, V), or (B, T, H) with the head off
     labels = ids[:, P:]                                                       # (B, T)
     m = rollout.response_mask.bool()
     try:

@@ -220,7 +220,7 @@ def get_algo(name:str|Algo,  # a preset name (`PRESETS`) or an `Algo`, returned 
 
 # %% ../nbs/21_trainconfig.ipynb #abe3bf9a
 # fields that may change between a run and its resumption (they do not change what is computed)
-RUN_CONTROL = ("steps", "resume", "overwrite", "stop_at", "save_every", "progress", "out_dir", "threads", "accept_changed", "save_adapter", "micro_batch_size", "trim_micro_batches", "compact_generation")
+RUN_CONTROL = ("steps", "resume", "overwrite", "stop_at", "save_every", "progress", "out_dir", "threads", "accept_changed", "save_adapter", "micro_batch_size", "trim_micro_batches", "compact_generation", "share_prompt")
 
 def _dataset_arg(v) -> str|None:
     "A `check` for `TrainConfig.dataset`: None, a path, or a `datasets.Dataset` / `DatasetDict` (anything with `column_names`)."
@@ -314,6 +314,7 @@ class TrainConfig:
     ppo_epochs: int = _f(1, ge=1, help="passes over each rollout batch")
     n_minibatches: int = _f(1, ge=1, help="optimizer steps per pass")
     micro_batch_size: int|None = _f(None, ge=1, help="responses per forward/backward pass; gradients accumulate over a minibatch's micro-batches before its one optimizer step (TRL: per_device_train_batch_size); None: the whole minibatch at once")
+    share_prompt: bool = _f(False, help="the policy's log-prob passes run each distinct prompt once and a group's responses on its keys/values (`response_logprobs(share_prompt=True)`): the same values and gradients up to float order")
     compact_generation: bool = _f(False, help="drop finished responses from the sampler's batch and KV cache once a quarter of it has finished (`generate(compact=True)`): the same draws, the log-probs up to float order")
     trim_micro_batches: bool = _f(False, help="with micro_batch_size: sort a minibatch's responses by length into its micro-batches and cut each to its own longest response (the padding after it is never computed); the same loss and gradient up to float order; off when the 80/20 mask or Clip-Cov ranks tokens over the whole minibatch")
     n_train: int = _f(20000, ge=1, help="size of the training prompt pool")

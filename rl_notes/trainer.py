@@ -451,7 +451,7 @@ def _old_ref_logp(run:Run, batch:Batch, mt:Meter):
     "Log-probs (B, T) before the update (needed with several optimizer steps per batch, or a sampler that is not the learner) and under the reference (beta > 0)."
     cfg = run.cfg
     t0 = time.time()
-    old = run.sampler.old_logp(lambda: response_logprobs(run.policy, batch.ro, cfg.temperature, path=cfg.logprob_path), batch.ro,
+    old = run.sampler.old_logp(lambda: response_logprobs(run.policy, batch.ro, cfg.temperature, path=cfg.logprob_path, share_prompt=cfg.share_prompt), batch.ro,
                                needed=cfg.ppo_epochs * cfg.n_minibatches > 1)
     ref = batch.ref_logp if batch.ref_logp is not None else run.reference.logp(run.policy, run.gen_model, batch.ro)
     mt.add("time_old_ref", time.time() - t0, 1)
@@ -527,7 +527,7 @@ def _policy_step(run:Run, step:int, mb:Batch, old_logp, ref_logp, n_tok:float, n
     total, pg_total, lm_total = 0.0, 0.0, 0.0
     for s in parts:
         c = mb if one else mb.rows(s, trim=trim); W = c.mask.shape[1]            # trimmed: W <= T, only padding cut
-        logp, ent = response_logprobs(run.policy, c.ro, cfg.temperature, with_entropy=True, path=cfg.logprob_path)   # (b, W), (b, W)
+        logp, ent = response_logprobs(run.policy, c.ro, cfg.temperature, with_entropy=True, path=cfg.logprob_path, share_prompt=cfg.share_prompt)   # (b, W), (b, W)
         old = logp.detach() if old_logp is None else take(old_logp, s, W)
         if pre is None: adv, keep = modify_tokens(algo, Tokens(logp.detach(), old, c.ro.old_logp, ent.detach(), c.adv, c.loss_mask, run.gather, run.reduce), glog := {})
         else: adv, keep = adv_all[s], None if keep_all is None else keep_all[s]

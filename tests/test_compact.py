@@ -1,6 +1,7 @@
-"""Compacted generation (`generate(compact=True)`, `TrainConfig.compact_generation`): finished responses leave the sampler's
+"""The opt-in speed levers of the sampler and the log-prob pass. Compacted generation (`generate(compact=True)`, `TrainConfig.compact_generation`): finished responses leave the sampler's
 batch and KV cache, every row still draws its random numbers, so the samples are the same and the log-probs agree to float
-order; the trainer's runs with and without it match, and the run key ignores it (run control)."""
+order; the shared prompt (`response_logprobs(share_prompt=True)`) gives the plain pass's values and gradients; the
+trainer's runs with and without them match, and the run key ignores them (run control)."""
 import pytest
 import torch
 from rl_notes.lab import lab_key
@@ -44,3 +45,30 @@ def test_trainer_compact_generation(learnt, tmp_path):
             assert ra[k] == pytest.approx(rb[k], rel=1e-3, abs=1e-5), (k, ra[k], rb[k])
     assert "compact_generation" in RUN_CONTROL
     assert lab_key(TrainConfig(out_dir="x", **kw)) == lab_key(TrainConfig(out_dir="x", compact_generation=True, **kw))
+
+
+@pytest.mark.parametrize("group_size,T", [(4, 8), (1, 5), (3, 1)])
+def test_shared_prompt_logprobs(group_size, T):
+    "Each distinct prompt run once (`share_prompt=True`): log-probs, entropy and gradients as the plain pass, to float order."
+    tok = build_tokenizer(); model = tiny_llama(tok, seed=0)
+    ro = generate(model, tok, ["347+285=", "12+3=", "9999+1="], group_size=group_size, max_new_tokens=T, seed=3)
+    out = {}
+    for s in (False, True):
+        model.zero_grad()
+        lp, en = response_logprobs(model, ro, with_entropy=True, share_prompt=s)
+        (lp.sum() + en.sum()).backward()
+        out[s] = (lp.detach(), en.detach(), torch.cat([p.grad.flatten() for p in model.parameters()]))
+    for a, b in zip(out[False], out[True]): torch.testing.assert_close(b, a, atol=1e-5 * max(1.0, float(a.abs().max())), rtol=0)
+
+
+def test_trainer_share_prompt(learnt, tmp_path):
+    kw = dict(model=learnt, algo=get_algo("grpo", beta=0.0), task_kw=dict(max_digits=1, scratchpad=False), steps=3, n_prompts=4, group_size=4,
+              max_new_tokens=8, lr=1e-3, n_train=60, n_eval=0, progress=False, threads=1)
+    a = train(TrainConfig(out_dir=str(tmp_path / "plain"), **kw))
+    b = train(TrainConfig(out_dir=str(tmp_path / "shared"), share_prompt=True, compact_generation=True, **kw))
+    assert any(r["grad_norm"] > 0 for r in a[1:])
+    for ra, rb in zip(a[1:], b[1:]):
+        for k in ("resp_len", "acc", "loss", "grad_norm", "entropy"):
+            assert ra[k] == pytest.approx(rb[k], rel=1e-3, abs=1e-5), (k, ra[k], rb[k])
+    assert "share_prompt" in RUN_CONTROL
+    assert lab_key(TrainConfig(out_dir="x", **kw)) == lab_key(TrainConfig(out_dir="x", share_prompt=True, **kw))
