@@ -27,6 +27,7 @@ def main():
     from rl_notes.tasks import get_task
     arms = {"as is": {}, "compact": dict(compact=True), "compact + shared prompt": dict(compact=True, share=True),
             f"compact + shared + trim {a.trim}": dict(compact=True, share=True, trim=a.trim), "TRL": None}
+    ratios = {}                                                     # (T, arm) -> TRL / rl_notes per run
     for scratchpad, T in ((False, 6), (True, 42)):
         d, kw = char_model(scratchpad=scratchpad)
         for r in range(a.repeats):
@@ -38,8 +39,17 @@ def main():
                         out = (bg.trl(d, get_task("addition", **kw), ns, tempfile.mkdtemp(dir=tmp)) if extra is None
                                else bg.ours(d, kw, ns, tempfile.mkdtemp(dir=tmp)))
                     res[name] = (statistics.median(out["step"]), statistics.median(out["gen"]))
+            for k in res:
+                if k != "TRL": ratios.setdefault((T, k), []).append(res["TRL"][0] / res[k][0])
             print(f"{T} new tokens, run {r}: " + "; ".join(f"{k} {1e3 * s:.0f} ms (generation {1e3 * g:.0f})" for k, (s, g) in res.items())
                   + " | TRL / rl_notes: " + ", ".join(f"{k} {res['TRL'][0] / res[k][0]:.2f}x" for k in res if k != "TRL"), flush=True)
+    import platform, transformers, trl
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.processor()) if os.path.exists("/proc/cpuinfo") else platform.processor()
+    print(f"Hardware: {cpu} ({os.cpu_count()} cores); torch {torch.__version__}, transformers {transformers.__version__}, TRL {trl.__version__}; "
+          f"1 thread; median of {a.steps} steps after {a.warmup} warm-up, {a.repeats} runs per size")
+    for T in (6, 42):
+        print(f"RESULT one GRPO step with the opt-in levers vs TRL's `GRPOTrainer`, char Llama at {T} new tokens ({a.repeats} runs) | "
+              + "; ".join(f"{k} {min(v):.2f}x-{max(v):.2f}x ({sum(x >= 1.5 for x in v)}/{len(v)} >= 1.5x)" for (t, k), v in ratios.items() if t == T))
 
 if __name__ == "__main__":
     main()
