@@ -61,11 +61,13 @@ def test_shared_prompt_logprobs(group_size, T):
     for a, b in zip(out[False], out[True]): torch.testing.assert_close(b, a, atol=1e-5 * max(1.0, float(a.abs().max())), rtol=0)
 
 
-def test_trainer_share_prompt(learnt, tmp_path):
+@pytest.mark.parametrize("extra", [{}, dict(micro_batch_size=4, trim_micro_batches=True)])
+def test_trainer_share_prompt(learnt, tmp_path, extra):
+    "The shared prompt with compaction, alone and with trimmed micro-batches: the plain run's steps to float order."
     kw = dict(model=learnt, algo=get_algo("grpo", beta=0.0), task_kw=dict(max_digits=1, scratchpad=False), steps=3, n_prompts=4, group_size=4,
               max_new_tokens=8, lr=1e-3, n_train=60, n_eval=0, progress=False, threads=1)
     a = train(TrainConfig(out_dir=str(tmp_path / "plain"), **kw))
-    b = train(TrainConfig(out_dir=str(tmp_path / "shared"), share_prompt=True, compact_generation=True, **kw))
+    b = train(TrainConfig(out_dir=str(tmp_path / "shared"), share_prompt=True, compact_generation=True, **extra, **kw))
     assert any(r["grad_norm"] > 0 for r in a[1:])
     for ra, rb in zip(a[1:], b[1:]):
         for k in ("resp_len", "acc", "loss", "grad_norm", "entropy"):
