@@ -23,7 +23,7 @@ def main():
     from transformers.utils import logging as hf_logging
     hf_logging.set_verbosity_error()
     import bench_grpo_step as bg
-    from bench_real import char_model
+    from bench_real import char_model, cpu_name
     from rl_notes.tasks import get_task
     arms = {"as is": {}, "compact": dict(compact=True), "compact + shared prompt": dict(compact=True, share=True),
             f"compact + shared + trim {a.trim}": dict(compact=True, share=True, trim=a.trim), "TRL": None}
@@ -43,9 +43,8 @@ def main():
                 if k != "TRL": ratios.setdefault((T, k), []).append(res["TRL"][0] / res[k][0])
             print(f"{T} new tokens, run {r}: " + "; ".join(f"{k} {1e3 * s:.0f} ms (generation {1e3 * g:.0f})" for k, (s, g) in res.items())
                   + " | TRL / rl_notes: " + ", ".join(f"{k} {res['TRL'][0] / res[k][0]:.2f}x" for k in res if k != "TRL"), flush=True)
-    import platform, transformers, trl
-    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.processor()) if os.path.exists("/proc/cpuinfo") else platform.processor()
-    print(f"Hardware: {cpu} ({os.cpu_count()} cores); torch {torch.__version__}, transformers {transformers.__version__}, TRL {trl.__version__}; "
+    import transformers, trl
+    print(f"Hardware: {cpu_name()} ({os.cpu_count()} cores); torch {torch.__version__}, transformers {transformers.__version__}, TRL {trl.__version__}; "
           f"1 thread; median of {a.steps} steps after {a.warmup} warm-up, {a.repeats} runs per size")
     for T in (6, 42):
         print(f"RESULT one GRPO step with the opt-in levers vs TRL's `GRPOTrainer`, char Llama at {T} new tokens ({a.repeats} runs) | "
