@@ -10,10 +10,12 @@ from typing import NamedTuple
 import numpy as np
 
 # %% auto #0
-__all__ = ['HISTORY', 'VERDICT_META', 'PLOT_KEYS', 'read_metrics', 'curves', 'window', 'final', 'betainc', 't_cdf', 't_ppf',
-           'mean_se', 'pm', 'Effect', 't_test', 'effect', 'paired', 't_power', 'mde_factor', 'mde', 'verdict',
+__all__ = ['HISTORY', 'VERDICT_META', 'RECORDS', 'PLOT_KEYS', 'read_metrics', 'curves', 'window', 'final', 'betainc', 't_cdf',
+           't_ppf', 'mean_se', 'pm', 'Effect', 't_test', 'effect', 'paired', 't_power', 'mde_factor', 'mde', 'verdict',
            'verdict_state', 'holm', 'Verdict', 'parse_verdict', 'verdict_lines', 'VerdictMeta', 'verdict_meta',
-           'VerdictRow', 'verdict_rows', 'state_changed', 'verdict_table', 'state_counts', 'seeds_needed', 'smooth',
+           'VerdictRow', 'record_path', 'load_records', 'verdict_rows', 'state_changed', 'verdict_table',
+           'state_counts', 'seeds_needed', 'gammainc', 'chi2_cdf', 'chi2_ppf', 'sd_upper', 'StartEffect',
+           'start_effect', 'design_se', 'starts_needed', 'plan_starts', 'verdict_family', 'verdict_records', 'smooth',
            'plot_runs', 'walls', 'rel_gain', 'd2_diffs']
 
 # %% ../nbs/40_analysis.ipynb #0a8bbbc2
@@ -218,14 +220,20 @@ def verdict_state(effect:float,  # mean paired difference
                   lo:float, hi:float,  # its 95% interval
                   sign:int=+1,  # the claimed sign
                   smallest:float|None=None,  # the smallest effect of interest (>= 0, in the effect's units), when the claim is about size
+                  sesoi:float|None=None,  # the equivalence margin, declared before the runs: an interval inside (-sesoi, +sesoi) is 'equivalent'
+                  p_adj:float|None=None,  # the family's adjusted p (Holm); None: the interval alone decides
                  ) -> str:
-    "'reproduced' (the claimed sign, [lo, hi] excluding 0, |effect| >= `smallest` when given), 'contradicted' ([lo, hi] excludes 0 on the other side), else 'inconclusive'."
+    "'equivalent' (the interval inside +-`sesoi`), 'reproduced' (clear of 0 on the claimed side: the interval, or `p_adj` < 0.05; |effect| >= `smallest` when given), 'contradicted' (clear of 0 on the other side), else 'inconclusive'."
     if sign not in (1, -1): raise ValueError(f"verdict_state: `sign` must be +1 or -1, got {sign!r}")
     if not lo <= effect <= hi: raise ValueError(f"verdict_state: need lo <= effect <= hi, got {lo}, {effect}, {hi}")
     if smallest is not None and not smallest >= 0: raise ValueError(f"verdict_state: `smallest` must be >= 0 or None, got {smallest!r}")
-    if sign * lo > 0 and sign * hi > 0: return "reproduced" if smallest is None or abs(effect) >= smallest else "inconclusive"
-    if sign * lo < 0 and sign * hi < 0: return "contradicted"
-    return "inconclusive"
+    if sesoi is not None and not sesoi > 0: raise ValueError(f"verdict_state: `sesoi` must be > 0 or None, got {sesoi!r}")
+    if p_adj is not None and not 0 <= p_adj <= 1: raise ValueError(f"verdict_state: `p_adj` must be in [0, 1] or None, got {p_adj!r}")
+    if sesoi is not None and -sesoi < lo and hi < sesoi: return "equivalent"
+    clear = p_adj < 0.05 if p_adj is not None else (lo > 0 or hi < 0)
+    if not clear: return "inconclusive"
+    if sign * effect > 0: return "reproduced" if smallest is None or abs(effect) >= smallest else "inconclusive"
+    return "contradicted"
 
 # %% ../nbs/40_analysis.ipynb #c55141b1
 def holm(pvalues) -> list[float]:
@@ -244,7 +252,7 @@ class Verdict(NamedTuple):
     id: str; state: str; effect: float; se: float; n: int; unit: str; lo: float; hi: float; p: float; cond: str; what: str
 
 _VLINE = re.compile(r"^VERDICT (?P<id>.+?): (?P<state>[a-z][a-z ]*?)(?: \[(?P<history>[^\]]*)\])? \| (?P<what>.*?) ?(?P<effect>[+-]?\d+\.\d+) ± (?P<se>\d+\.\d+) "
-                    r"over (?P<n>\d+) (?P<unit>seeds|batches) \(95% CI \[(?P<lo>[+-]?\d+\.\d+), (?P<hi>[+-]?\d+\.\d+)\], "
+                    r"over (?P<n>\d+) (?P<unit>seeds|batches|starts) \(95% CI \[(?P<lo>[+-]?\d+\.\d+), (?P<hi>[+-]?\d+\.\d+)\], "
                     r"p (?P<p>\d+\.\d+)\) \| (?P<cond>.*)$")
 
 def parse_verdict(line:str) -> Verdict:
@@ -267,9 +275,10 @@ class VerdictMeta(NamedTuple):
     history: str  # tags joined by "; " (`HISTORY`)
     sign: int  # the claimed sign of the effect
     family: str  # comparisons that share a baseline (same runs or batches); Holm adjusts their p together
-    unit: str = "seeds"  # what n counts: "seeds" (paired runs) or "batches" (paired updates of one sampled batch)
+    unit: str = "seeds"  # what n counts: "seeds" (paired runs), "batches" (paired updates of one sampled batch) or "starts" (independently trained starts)
     share: float|None = None  # the smallest effect of interest, as the share of the baseline's change that the line's conditions print as "removes N%"
     why: str = ""  # the reason for the smallest effect, one line
+    sesoi: float|None = None  # the equivalence margin declared before the runs (the effect's units): an interval inside +-sesoi is 'equivalent'
 
 # the history tags: fixed before any run; the first design tried, with nothing before it but not recorded as fixed before its runs;
 # declared after an earlier verdict; the metric or the window changed after the first run; n counting the pilot's seeds
@@ -310,6 +319,12 @@ VERDICT_META = {
     **{k: VerdictMeta("pre-registered", +1, "IPO vs the stale-sampler corrections") for k in ("IPO-stale", "IPO-IcePop", "IPO-opsm", "IPO-coupled")},
     **{k: VerdictMeta("pre-registered", +1, "entropy target vs the D1 arms") for k in ("ET-adaptive", "ET-vs-CH", "ET-fixed")},
     "FlashREINFORCE": VerdictMeta("pre-registered", +1, "FlashREINFORCE vs GRPO (D3)"),
+    # across independently trained starts (58_across_starts): declared before their runs, K sized from the first 3 starts, which count
+    "OS1-starts": VerdictMeta("pre-registered; pilot seeds included", -1, "OS1 across starts", "starts", sesoi=0.02),
+    **{k: VerdictMeta("pre-registered; pilot seeds included", +1, "stale-sampler corrections vs stale, across starts", "starts", sesoi=0.02)
+       for k in ("OS2-starts", "OS4-starts", "OS6-starts", "IPO-stale-starts")},
+    "D3-starts": VerdictMeta("pre-registered; pilot seeds included", +1, "D3 across starts", "starts", sesoi=0.01),
+    "D1-shift-starts": VerdictMeta("pre-registered; pilot seeds included", +1, "D1-shift across starts", "starts", sesoi=0.03),
     **{k: VerdictMeta("pre-registered", +1, "on-policy distillation vs SFT on the teacher's samples and vs GRPO (D3)") for k in ("Distill-vs-SFT", "Distill-vs-RL")},
 }
 
@@ -330,21 +345,42 @@ def _smallest(v:Verdict, meta:VerdictMeta|None) -> float|None:
     removed = float(m.group(1)) / 100
     return math.inf if removed <= 0 else meta.share * abs(v.effect) / removed
 
+RECORDS = "verdicts"  # the folder of the notebooks' directory that holds the verdict records (one JSON file per verdict)
+
+def record_path(root:str|Path, vid:str) -> Path:
+    "The record file of verdict `vid` under `root` (characters other than letters, digits, '.', '_' and '-' become '_')."
+    return Path(root) / (re.sub(r"[^A-Za-z0-9._-]", "_", vid) + ".json")
+
+def load_records(nb_dir:str|Path) -> dict:
+    "{(notebook, id): record} of the verdict records committed in `nb_dir/verdicts/`."
+    out = {}
+    for f in sorted((Path(nb_dir) / RECORDS).glob("*.json")):
+        r = json.loads(f.read_text(encoding="utf-8"))
+        if f.name != record_path(f.parent, r["id"]).name: raise ValueError(f"{f}: holds the record of {r['id']!r}, not of its file name")
+        out[(r["notebook"], r["id"])] = r
+    return out
+
 def verdict_rows(nb_dir:str|Path) -> list[VerdictRow]:
-    "Every VERDICT line in the stored outputs of `nb_dir/*.ipynb`, in notebook order, with the three-state verdict and Holm within each family."
-    rows = []
+    "Every VERDICT line in the stored outputs of `nb_dir/*.ipynb`, in notebook order: its numbers and state from its record where one exists, else recomputed from the line with Holm within its family."
+    rows, recs = [], load_records(nb_dir)
     for f in sorted(Path(nb_dir).glob("*.ipynb")):
         for line in verdict_lines(f):
             v = parse_verdict(line); meta = verdict_meta(v.id)
+            if (rec := recs.get((f.stem, v.id))) is not None:       # the record: unrounded numbers, its family's own Holm
+                v = v._replace(effect=rec["effect"], se=rec["se"], lo=rec["lo"], hi=rec["hi"], p=rec["p"], n=rec["n_starts"])
+                rows.append(VerdictRow(v, f.stem, meta, rec["p"], None, rec["state"], rec["p_holm"], rec["family_size"])); continue
             # the printed p (3 decimals, from the unrounded effect); a printed 0.000 is recomputed from the effect, s.e. and n, at most 0.0005
             p, smallest = v.p if v.p > 0 else min(t_test(v.effect, v.se, v.n).p, 0.0005), _smallest(v, meta)
-            state = verdict_state(v.effect, v.lo, v.hi, meta.sign, smallest) if meta else "undeclared"
-            rows.append(VerdictRow(v, f.stem, meta, p, smallest, state, p, 1))
+            rows.append(VerdictRow(v, f.stem, meta, p, smallest, "" if meta else "undeclared", p, 1))
     fams = {}
     for i, r in enumerate(rows):   # a family: the same declared family and the same conditions (before a "; " note), e.g. D2 at one learning rate
+        if r.state: continue       # a record's family is its own
         fams.setdefault((r.nb, r.meta.family if r.meta else r.v.id, r.v.cond.split("; ")[0]), []).append(i)
     for idx in fams.values():
-        for i, q in zip(idx, holm([rows[i].p for i in idx])): rows[i] = rows[i]._replace(p_holm=q, family_size=len(idx))
+        for i, q in zip(idx, holm([rows[i].p for i in idx])):
+            r = rows[i]   # the state at the family's declared correction: Holm's p decides in a family of more than one
+            rows[i] = r._replace(p_holm=q, family_size=len(idx), state=verdict_state(r.v.effect, r.v.lo, r.v.hi, r.meta.sign, r.smallest,
+                                 r.meta.sesoi, p_adj=q if len(idx) > 1 else None))
     return rows
 
 def state_changed(r:VerdictRow) -> bool:
@@ -369,7 +405,7 @@ def verdict_table(rows:list[VerdictRow], link=lambda nb: f"`{nb}`") -> str:
 
 def state_counts(rows:list[VerdictRow]) -> dict:
     "How many rows are in each state."
-    return {s: sum(r.state == s for r in rows) for s in ("reproduced", "inconclusive", "contradicted", "undeclared") if any(r.state == s for r in rows)}
+    return {s: sum(r.state == s for r in rows) for s in ("reproduced", "equivalent", "inconclusive", "contradicted", "undeclared") if any(r.state == s for r in rows)}
 
 # %% ../nbs/40_analysis.ipynb #3df6b8cf
 def seeds_needed(sd:float,  # standard deviation of the paired differences (e.g. s.e. x sqrt(n) of a first run)
@@ -386,6 +422,189 @@ def seeds_needed(sd:float,  # standard deviation of the paired differences (e.g.
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if mde(sd, mid, alpha, power) > abs(effect) else (lo, mid)
     return hi
+
+# %% ../nbs/40_analysis.ipynb #02fd07ef
+def gammainc(a:float, x:float) -> float:
+    "The regularized lower incomplete gamma function $P(a, x)$ for a > 0, x >= 0 (series below a + 1, Lentz's continued fraction above)."
+    if not a > 0: raise ValueError(f"gammainc: `a` must be > 0, got {a}")
+    if not x >= 0: raise ValueError(f"gammainc: `x` must be >= 0, got {x}")
+    if x == 0: return 0.0
+    front = math.exp(-x + a * math.log(x) - math.lgamma(a))
+    if x < a + 1:                                   # P = front * sum_n x^n / (a (a+1) ... (a+n))
+        term = total = 1.0 / a
+        for n in range(1, 10_000):
+            term *= x / (a + n); total += term
+            if abs(term) < abs(total) * 1e-16: return front * total
+        raise ArithmeticError(f"gammainc: no convergence for a={a}, x={x}")
+    tiny, b = 1e-300, x + 1.0 - a                   # Q = front * 1/(x+1-a- 1(1-a)/(x+3-a- ...))
+    c, d = 1.0 / tiny, 1.0 / b; h = d
+    for i in range(1, 10_000):
+        an = -i * (i - a); b += 2.0
+        d = an * d + b; d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = b + an / c; c = c if abs(c) > tiny else tiny
+        h *= d * c
+        if abs(d * c - 1.0) < 1e-16: return 1.0 - front * h
+    raise ArithmeticError(f"gammainc: no convergence for a={a}, x={x}")
+
+def chi2_cdf(x:float, df:float) -> float:
+    "P(X <= x) for a chi-square with `df` degrees of freedom."
+    if not df > 0: raise ValueError(f"chi2_cdf: `df` must be > 0, got {df}")
+    return 0.0 if x <= 0 else gammainc(df / 2, x / 2)
+
+def chi2_ppf(p:float, df:float) -> float:
+    "The p-quantile of a chi-square with `df` degrees of freedom (bisection on `chi2_cdf`)."
+    if not 0.0 < p < 1.0: raise ValueError(f"chi2_ppf: `p` must be in (0, 1), got {p}")
+    lo, hi = 0.0, max(1.0, df)
+    while chi2_cdf(hi, df) < p: lo, hi = hi, 2.0 * hi
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if mid in (lo, hi): break
+        lo, hi = (mid, hi) if chi2_cdf(mid, df) < p else (lo, mid)
+    return 0.5 * (lo + hi)
+
+def sd_upper(sd:float,  # a sample standard deviation
+             df:float,  # its degrees of freedom
+             level:float=0.8,  # one-sided confidence level
+            ) -> float:
+    "The one-sided upper confidence limit of a standard deviation: sd * sqrt(df / chi2_{1-level, df})."
+    if not sd >= 0: raise ValueError(f"sd_upper: `sd` must be >= 0, got {sd}")
+    if not 0 < level < 1: raise ValueError(f"sd_upper: `level` must be in (0, 1), got {level}")
+    return sd * math.sqrt(df / chi2_ppf(1 - level, df))
+
+# %% ../nbs/40_analysis.ipynb #60d5720a
+class StartEffect(NamedTuple):
+    "A paired effect across K independently trained starts with m paired seeds each: the mean of the start means, its s.e., t-interval and p on K - 1 df, the between-start SD tau and the within-start seed SD sigma."
+    mean: float; se: float; lo: float; hi: float; p: float; k: int; m: int; tau: float; sigma: float
+    def __str__(self):
+        return (f"{self.mean:+.3f} ± {self.se:.3f} (95% CI [{self.lo:+.3f}, {self.hi:+.3f}], p {self.p:.3f}, K {self.k} starts x m {self.m} seeds, "
+                f"tau {self.tau:.3f}, sigma {self.sigma:.3f})")
+
+def start_effect(diffs,  # paired differences, (K starts, m seeds): row i holds start i's seeds
+                 level:float=0.95,
+                ) -> StartEffect:
+    "The start-level effect of a balanced (K, m) design: the mean of start means with its t-interval on K - 1 df; tau and sigma by the method of moments."
+    d = np.asarray(diffs, dtype=float)
+    if d.ndim != 2: raise ValueError(f"start_effect: `diffs` must be (K starts, m seeds), got shape {d.shape}")
+    k, m = d.shape
+    if k < 2: raise ValueError(f"start_effect: `diffs` needs K >= 2 starts (one start has no between-start spread), got {k}")
+    if not np.isfinite(d).all(): raise ValueError(f"start_effect: `diffs` holds {int((~np.isfinite(d)).sum())} non-finite values")
+    means = d.mean(1)
+    sigma2 = float(d.var(1, ddof=1).mean()) if m > 1 else float("nan")
+    tau2 = max(0.0, float(means.var(ddof=1)) - (sigma2 / m if m > 1 else 0.0))
+    e = t_test(float(means.mean()), float(means.std(ddof=1) / math.sqrt(k)), k, level)
+    return StartEffect(e.mean, e.se, e.lo, e.hi, e.p, k, m, math.sqrt(tau2), math.sqrt(sigma2) if m > 1 else float("nan"))
+
+def design_se(tau:float, sigma:float, k:int, m:int) -> float:
+    "The standard error of the start-level effect with K starts x m seeds: sqrt(tau^2/K + sigma^2/(K m))."
+    if not (k >= 1 and m >= 1): raise ValueError(f"design_se: `k` and `m` must be >= 1, got {k}, {m}")
+    return math.sqrt(tau ** 2 / k + sigma ** 2 / (k * m))
+
+def starts_needed(tau:float, sigma:float,  # between-start and within-start SDs (use upper confidence limits from a pilot)
+                  m:int,  # paired seeds per start
+                  effect:float,  # the effect the design must detect
+                  alpha:float=0.05, power:float=0.8,
+                  k_min:int=3, k_max:int=1000,
+                 ) -> int:
+    "The smallest K >= k_min whose minimum detectable effect, `mde_factor(K) * design_se(tau, sigma, K, m)`, is at most |effect|."
+    if effect == 0 or not (tau >= 0 and sigma >= 0) or tau + sigma == 0:
+        raise ValueError(f"starts_needed: need effect != 0 and tau, sigma >= 0 not both 0, got {effect}, {tau}, {sigma}")
+    det = lambda k: mde_factor(k, alpha, power) * design_se(tau, sigma, k, m)
+    if det(k_max) > abs(effect): raise ValueError(f"starts_needed: even K = {k_max} cannot detect {effect} (tau {tau}, sigma {sigma}, m {m})")
+    if det(k_min) <= abs(effect): return k_min
+    lo, hi = k_min, k_max
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if det(mid) > abs(effect) else (lo, mid)
+    return hi
+
+def plan_starts(pilot,  # a pilot's paired differences, (K0 >= 2 starts, m0 >= 2 seeds)
+                m:int,  # seeds per start in the design
+                effect:float,  # the effect to detect
+                level:float=0.8,  # one-sided level of the SDs' upper confidence limits
+                k_min:int=5, k_max:int=1000,
+               ) -> dict:
+    "Size a design from a pilot: tau and sigma with their upper confidence limits, and K = `starts_needed` on the limits (None past k_max)."
+    e = start_effect(pilot); k0, m0 = e.k, e.m
+    if m0 < 2: raise ValueError(f"plan_starts: the pilot needs m >= 2 seeds per start to estimate sigma, got {m0}")
+    sig_u = sd_upper(e.sigma, k0 * (m0 - 1), level)
+    vb_u = sd_upper(math.sqrt(e.tau ** 2 + e.sigma ** 2 / m0), k0 - 1, level) ** 2      # the start means' variance, upper limit
+    tau_u = math.sqrt(max(0.0, vb_u - e.sigma ** 2 / m0))
+    try: k = starts_needed(tau_u, sig_u, m, effect, k_min=k_min, k_max=k_max)
+    except ValueError: k = None
+    return dict(tau=e.tau, sigma=e.sigma, tau_upper=tau_u, sigma_upper=sig_u, k=k, m=m, effect=effect, level=level, pilot=(k0, m0))
+
+# %% ../nbs/40_analysis.ipynb #253dcafa
+def _machine() -> dict:
+    "Where a verdict was computed: CPU, cores, Python, numpy and (when loaded) torch versions and threads."
+    import os, platform
+    cpu = platform.processor() or platform.machine()
+    if os.path.exists("/proc/cpuinfo"):
+        cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), cpu)
+    t = sys.modules.get("torch")
+    return dict(cpu=cpu, cores=os.cpu_count(), python=platform.python_version(), numpy=np.__version__,
+                torch=getattr(t, "__version__", None), torch_threads=t.get_num_threads() if t else None)
+
+def verdict_family(family:str,  # the family: comparisons that share a baseline's runs; Holm adjusts their p together
+                   items:list,  # one dict per comparison: id, claim (words), what, cond, diffs (K, m), sign; optional sesoi (declared before the runs)
+                   history:str,  # how the design came to be (`HISTORY` tags joined by "; ")
+                   notebook:str,  # the notebook that runs it
+                   starts:dict,  # {SFT seed: start hash} of the K starts, in the order of the rows of `diffs`
+                   records:str|Path|None=None,  # a folder: each verdict's record is written there as JSON
+                   extra:dict|None=None,  # more fields for every record (the RL seeds, the path that made the runs, the sizing)
+                   level:float=0.95,
+                  ) -> list[dict]:
+    "Print one VERDICT line per comparison from the start-level analysis, its state at the family's Holm correction; returns (and writes) the records."
+    if not items: raise ValueError("verdict_family: `items` is empty")
+    bad = [t for t in history.split("; ") if not HISTORY.fullmatch(t)]
+    if bad: raise ValueError(f"verdict_family: `history` tags {bad} are not `HISTORY` tags")
+    need = {"id", "claim", "what", "cond", "diffs", "sign"}
+    for it in items:
+        if need - set(it): raise ValueError(f"verdict_family: item {it.get('id')!r} lacks {sorted(need - set(it))}")
+    effs = [start_effect(it["diffs"], level) for it in items]
+    for it, e in zip(items, effs):
+        if e.k != len(starts): raise ValueError(f"verdict_family: {it['id']} has {e.k} starts in `diffs`, `starts` names {len(starts)}")
+    q = holm([e.p for e in effs]) if len(items) > 1 else [effs[0].p]
+    out, machine = [], _machine()
+    for it, e, p_h in zip(items, effs, q):
+        sesoi = it.get("sesoi")
+        state = verdict_state(e.mean, min(e.lo, e.mean), max(e.hi, e.mean), it["sign"], sesoi=sesoi, p_adj=p_h)
+        notes = [f"K {e.k} starts x m {e.m} seeds", f"tau {e.tau:.3f}", f"sigma {e.sigma:.3f}"]
+        if len(items) > 1: notes.append(f"Holm p {_p(p_h)} in a family of {len(items)}")
+        if sesoi is not None: notes.append(f"margin ±{sesoi:g}")
+        print(f"VERDICT {it['id']}: {state} [{history}] | {it['what']} {e.mean:+.3f} ± {e.se:.3f} over {e.k} starts "
+              f"({level:.0%} CI [{e.lo:+.3f}, {e.hi:+.3f}], p {e.p:.3f}) | {', '.join(notes)}; {it['cond']}")
+        rec = dict(id=it["id"], claim=it["claim"], notebook=notebook, state=state, effect=e.mean, se=e.se, lo=e.lo, hi=e.hi, p=e.p,
+                   p_holm=p_h, family=family, family_size=len(items), history=history, sign=it["sign"], sesoi=sesoi, what=it["what"],
+                   cond=it["cond"], n_starts=e.k, n_seeds=e.m, tau=e.tau, sigma=e.sigma, level=level,
+                   starts=[dict(sft_seed=s, hash=h) for s, h in starts.items()],
+                   diffs=np.asarray(it["diffs"], dtype=float).tolist(), scope=it.get("scope", ""), machine=machine, source="record",
+                   **(extra or {}))
+        if records is not None:
+            f = record_path(records, it["id"]); f.parent.mkdir(parents=True, exist_ok=True)
+            f.write_text(json.dumps(rec, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        out.append(rec)
+    return out
+
+def _nbs(nb_dir) -> Path:
+    "The notebooks' folder: `nb_dir`, else the `nbs/` of the checkout this package is imported from."
+    d = Path(nb_dir) if nb_dir is not None else Path(__file__).resolve().parent.parent / "nbs"
+    if not d.is_dir(): raise FileNotFoundError(f"verdict_records: no notebooks folder at {str(d)!r}: pass `nb_dir` (a checkout's nbs/)")
+    return d
+
+def verdict_records(nb_dir:str|Path|None=None,  # the notebooks' folder; default the checkout's nbs/
+                   ) -> list[dict]:
+    "Every verdict as a record (fields id, claim, state, effect, lo, hi, p, p_holm, family, history, n_starts, n_seeds, tau, sigma, starts, ...): a committed record where one exists (unrounded, across starts), else a single-start record from the notebook's line, which its `scope` and `source` say."
+    d = _nbs(nb_dir); recs = load_records(d); out = []
+    for r in verdict_rows(d):
+        if (rec := recs.get((r.nb, r.v.id))) is not None: out.append(rec); continue
+        unit = r.meta.unit if r.meta else r.v.unit
+        out.append(dict(id=r.v.id, claim=r.v.what, notebook=r.nb, state=r.state, effect=r.v.effect, se=r.v.se, lo=r.v.lo, hi=r.v.hi, p=r.p,
+                        p_holm=r.p_holm, family=r.meta.family if r.meta else r.v.id, family_size=r.family_size,
+                        history=r.meta.history if r.meta else "undeclared", sign=r.meta.sign if r.meta else None,
+                        sesoi=r.meta.sesoi if r.meta else None, what=r.v.what, cond=r.v.cond, n_starts=1, n_seeds=r.v.n, unit=unit, tau=None,
+                        sigma=r.v.se * math.sqrt(r.v.n), starts=[], scope="single start: every run from one SFT start (and reward model)",
+                        source="printed line (3 decimals)"))
+    return out
 
 # %% ../nbs/40_analysis.ipynb #35ab9f72
 def smooth(y,  # a curve, one value per step

@@ -16,16 +16,28 @@ from .tasks import Task, get_task
 from .checkpoint import CheckpointError, read_json, write_json_atomic
 from .rundir import RunDir
 from .fingerprint import behaviour_key
-from .cache import cache_dir
+from .cache import cache_dir, content_sha256
 
 # %% auto #0
-__all__ = ['LAB_LOCK', 'LAB_BUSY', 'SFT_STATE', 'designs', 'lab_code', 'lab_key', 'lab_done', 'lab_job', 'lab_runs', 'sft_key',
-           'sft_cache_path', 'sft_warm_start', 'lab_policy', 'lab_eval', 'lab_rekey', 'lab_dir', 'arm_cfgs',
-           'lab_pass1', 'upper_clip_log', 'same_batch_updates', 'final_values', 'Design']
+__all__ = ['LAB_LOCK', 'LAB_BUSY', 'SFT_STATE', 'designs', 'start_hash', 'run_starts', 'lab_code', 'lab_key', 'lab_done',
+           'lab_job', 'lab_runs', 'sft_key', 'sft_cache_path', 'sft_warm_start', 'lab_policy', 'lab_eval', 'lab_rekey',
+           'lab_dir', 'arm_cfgs', 'lab_pass1', 'upper_clip_log', 'same_batch_updates', 'final_values', 'Design']
 
 # %% ../nbs/37_lab.ipynb #7beb11b5
 LAB_LOCK = ".lab.lock"  # the lock `lab_job` holds on a run directory while it works there
 LAB_BUSY = 75  # exit status of a `lab_job` that found its run held by another live process
+
+def start_hash(path) -> str|None:
+    "A start's identity: sha256 of the weights (`*.safetensors`) of a checkpoint directory, by file name; None when `path` is no directory (a hub id is keyed by its id)."
+    p = Path(str(path)).expanduser() if path is not None else None
+    if p is None or not p.is_dir(): return None
+    files = sorted(p.glob("*.safetensors"))
+    if not files: raise ValueError(f"start_hash: {str(path)!r} holds no *.safetensors weights")
+    return hashlib.sha256("".join(f"{f.name}:{content_sha256(f)};" for f in files).encode()).hexdigest()[:16]
+
+def run_starts(cfg:TrainConfig) -> dict:
+    "The starts a run reads, by field (`model`, `critic_init`, `teacher`): {field: `start_hash`} for the local checkpoint directories."
+    return {k: h for k in ("model", "critic_init", "teacher") if (h := start_hash(getattr(cfg, k, None))) is not None}
 
 def _lab_key(cfg:TrainConfig, code:str) -> str:
     "The hash of every field of `cfg` that changes what is computed (not `RUN_CONTROL`), of the user files' content, and of `code`."
@@ -36,6 +48,7 @@ def _lab_key(cfg:TrainConfig, code:str) -> str:
              and not (k in KEY_LATE and v == KEY_LATE[k])}
     ident["algo"] = {k: v for k, v in ident["algo"].items() if not late(k, "Algo") and not (f"algo.{k}" in KEY_LATE and v == KEY_LATE[f"algo.{k}"])}
     if (user := content_fingerprints(cfg, model=False)): ident["content"] = user   # a dataset's or reward file's content; none for built-in tasks
+    if (starts := run_starts(cfg)): ident["start"] = starts   # the weights a run starts from: another checkpoint at the same path is another run
     return hashlib.sha256(json.dumps([ident, {"code": code}], sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 def lab_code(cfg:TrainConfig|None=None) -> str:
@@ -86,7 +99,8 @@ def lab_job(path:str,  # a job.json written by `lab_runs`: {"cfg": TrainConfig d
         t0 = time.time()
         rows = train(TrainConfig.from_dict({**job["cfg"], "resume": resume}))
         rd.mark_done({"wall_s": round(time.time() - t0, 1), "steps": rows[-1]["step"], "resumed": resume,
-                      "threads": job["cfg"]["threads"], "code": lab_code(cfg)})
+                      "threads": job["cfg"]["threads"], "code": lab_code(cfg),
+                      "start": run_starts(cfg)})
         return 0
     finally: rd.close()
 
