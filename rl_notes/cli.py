@@ -11,8 +11,9 @@ from .trainconfig import PRESETS, PRESET_TRAIN, Algo, TrainConfig, SFTConfig  # 
 
 
 # %% auto #0
-__all__ = ['DEMO', 'PRESET_NAMES', 'CONFIGS', 'GROUPS', 'FIELD_GROUP', 'ALIASES', 'TRAIN_HAND', 'SFT_HAND', 'CACHE_HELP',
-           'UsageError', 'summarize', 'demo', 'ConfigField', 'config_fields', 'main']
+__all__ = ['DEMO', 'PRESET_NAMES', 'CONFIGS', 'GROUPS', 'FIELD_GROUP', 'ALIASES', 'TRAIN_HAND', 'SFT_HAND', 'TRL_SPELLING',
+           'CACHE_HELP', 'UsageError', 'summarize', 'demo', 'ConfigField', 'config_fields', 'trl_spelled', 'trl_mode',
+           'main']
 
 # %% ../nbs/43_cli.ipynb #6d0e3183
 class UsageError(ValueError):
@@ -136,7 +137,7 @@ def config_fields(cls:str) -> dict[str, ConfigField]:
 # %% ../nbs/43_cli.ipynb #3c5e1a9d
 GROUPS = ("model and data", "algorithm", "generation", "optimisation", "evaluation and logging")  # --help sections, in this order
 FIELD_GROUP = {  # config field -> --help section (TrainConfig and SFTConfig; a check below places every field)
-    **dict.fromkeys(("model", "task", "task_kw", "dataset", "reward", "reward_weights", "critic_init", "teacher", "dtype", "gradient_checkpointing",
+    **dict.fromkeys(("model", "task", "task_kw", "dataset", "reward", "reward_weights", "critic_init", "teacher", "dtype", "mixed_precision", "gradient_checkpointing",
                      "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "save_adapter", "n_train", "model_cfg", "chars"), "model and data"),
     **dict.fromkeys(("algo", "group_size", "ppo_epochs", "n_minibatches", "distill_coef"), "algorithm"),
     **dict.fromkeys(("max_new_tokens", "temperature", "sampler_dtype", "sampler_lag", "sampler_temperature"), "generation"),
@@ -226,7 +227,8 @@ def _train_parser(q):
     _reward_option(sec["model and data"])
     sec["model and data"].add_argument("--reward-weights", dest="trlx_reward_weights", type=float, nargs="+", metavar="W", default=argparse.SUPPRESS,
                                        help="TRL's reward_weights: one weight per --reward, in order (or --reward SPEC=W)")
-    sec["algorithm"].add_argument("--algo", default="grpo", choices=PRESET_NAMES, help="algorithm preset (default grpo; trl: GRPOConfig's defaults)")
+    sec["algorithm"].add_argument("--algo", default=argparse.SUPPRESS, choices=PRESET_NAMES,
+                                  help="algorithm preset (default: grpo with the lab's defaults; trl, and TRL's spelling without --algo: GRPOConfig's defaults)")
     sec["algorithm"].add_argument("--set", type=_kv, action="append", metavar="KEY=VALUE", dest="algo_set",
                    help="override a field of the algorithm (rl_notes.trainer.Algo, or TRL's name for it), e.g. --set eps_high=0.2 --set dynamic_sampling=false, or a sampler/learner gate by name (rl_notes.offpolicy.GATE_PRESETS): --set gate=ipo --set gate_high=0.2")
     _trl_algo_options(sec["algorithm"])
@@ -305,8 +307,9 @@ def _trl_value(s:str):
     return s.lower() == "true" if s.lower() in ("true", "false") else _json_value(s)
 
 _TRL_OWN = {  # GRPOConfig options the command line translates itself: name -> (argparse keywords, help)
-    "bf16": (dict(type=_bool, nargs="?", const=True, metavar="BOOL"), "TRL's bf16: --dtype bfloat16"),
-    "fp16": (dict(type=_bool, nargs="?", const=True, metavar="BOOL"), "TRL's fp16: --dtype float16 (with LoRA only)"),
+    "bf16": (dict(type=_bool, nargs="?", const=True, metavar="BOOL"), "TRL's bf16: mixed precision (float32 weights and optimizer state, "
+             "the passes under bfloat16 autocast); --dtype bfloat16 trains the weights themselves in bfloat16"),
+    "fp16": (dict(type=_bool, nargs="?", const=True, metavar="BOOL"), "TRL's fp16: mixed precision with float16 autocast"),
     "gradient_accumulation_steps": (dict(type=int, metavar="N"), "TRL's: micro-batches per optimizer step; with --per-device-train-batch-size "
                                     "and the two below it sets the prompts per step and the updates per generation as GRPOConfig does"),
     "steps_per_generation": (dict(type=int, metavar="N"), "TRL's: micro-batches per generation batch (default: gradient_accumulation_steps)"),
@@ -325,6 +328,19 @@ def _world() -> int:
     "The number of processes of this run, as the launcher (`accelerate launch`, torchrun) sets it; 1 without one."
     return int(os.environ.get("WORLD_SIZE", "1"))
 
+# GRPOConfig's names, spelled otherwise than rl_notes', of the settings whose defaults differ between GRPOConfig and the lab: a command
+# line that writes one of them (and no --algo) is a TRL user's, and what it leaves out takes GRPOConfig's defaults
+TRL_SPELLING = ("learning_rate", "num_generations", "per_device_train_batch_size", "gradient_accumulation_steps", "steps_per_generation",
+                "generation_batch_size", "max_completion_length", "loss_type", "epsilon", "epsilon_high", "scale_rewards", "num_iterations")
+
+def trl_spelled(argv:list[str]) -> list[str]:
+    "The options of `argv` (after `_spelled` and `--config`) spelled as GRPOConfig spells them and not as rl_notes does (`TRL_SPELLING`)."
+    return list(dict.fromkeys(x.partition("=")[0] for x in argv if x.startswith("--") and x.partition("=")[0][2:].replace("-", "_") in TRL_SPELLING))
+
+def trl_mode(a) -> bool:
+    "Do the options left out take GRPOConfig's defaults? With TRL's spelling and no --algo, or with --algo trl."
+    return getattr(a, "algo", None) == "trl" or (bool(getattr(a, "spelled_as_trl", None)) and not hasattr(a, "algo"))
+
 def _trl_train(a, W:int) -> tuple[dict, list[str]]:
     "(TrainConfig settings from GRPOConfig's options the command line translates, the lines for those it ignores); a refused one is a UsageError."
     from rl_notes.configs import TRL_OTHER, trl_batch  # light: the standard library only
@@ -336,15 +352,17 @@ def _trl_train(a, W:int) -> tuple[dict, list[str]]:
         notes.append(f"rl_notes: {opt} {v}: nothing to turn off ({TRL_OTHER[k].line})" if TRL_OTHER[k].kind == "refused"
                      else f"rl_notes: {opt} ignored: {TRL_OTHER[k].line}")
     if given.get("bf16") and given.get("fp16"): raise UsageError("--bf16 and --fp16 exclude each other")
-    for k, d in (("bf16", "bfloat16"), ("fp16", "float16")):
-        if given.get(k):
-            if getattr(a, "dtype", d) != d: raise UsageError(f"--{k} asks for dtype {d} and --dtype for {a.dtype}: give one")
-            kw["dtype"] = d
+    for k in ("bf16", "fp16"):
+        if given.get(k):   # TRL's meaning: accelerate's mixed precision, the weights stay float32
+            if getattr(a, "dtype", "float32") != "float32":
+                raise UsageError(f"--{k} is mixed precision (float32 weights, {k} passes) and --dtype {a.dtype} makes the weights themselves "
+                                 f"{a.dtype}: give one")
+            kw["mixed_precision"] = k
     if "reward_weights" in given:
         if any(w is not None for _, w in a.reward or []): raise UsageError("give the reward weights once: --reward-weights W ... or --reward SPEC=W")
         kw["reward_weights"] = given["reward_weights"]
     batch = {k: given[k] for k in ("gradient_accumulation_steps", "steps_per_generation", "generation_batch_size") if k in given}
-    if batch:
+    if batch or (trl_mode(a) and not hasattr(a, "n_prompts")):   # TRL's batch arithmetic, its defaults for what is left out
         if hasattr(a, "n_prompts"):
             raise UsageError(f"--n-prompts sets the prompts per step, and --{next(iter(batch)).replace('_', '-')} derives them as TRL does: give one form")
         try: b = trl_batch(getattr(a, "group_size", 8), getattr(a, "micro_batch_size", None) or 8, num_processes=W, num_iterations=getattr(a, "ppo_epochs", 1), **batch)
@@ -465,6 +483,18 @@ def _failure(a, e:BaseException, argv:list, status:int) -> int:
     return status
 
 # %% ../nbs/43_cli.ipynb #2cb561f5
+def _defaults_line(a, cfg) -> str:
+    "One line: whose defaults the options left out took (GRPOConfig's or the lab's), why, and what they came to."
+    al = cfg.algo
+    now = (f"lr {cfg.lr:g} ({cfg.lr_scheduler_type}), beta {al.beta:g}, loss {al.loss}/{al.agg}, epsilon {al.eps_low:g}/{al.eps_high:g}, "
+           f"max_new_tokens {cfg.max_new_tokens}, {cfg.n_prompts} prompts x {cfg.group_size} per step")
+    if trl_mode(a):
+        why = f"TRL's spelling ({', '.join(a.spelled_as_trl)})" if not hasattr(a, "algo") else "--algo trl"
+        return f"rl_notes: defaults: GRPOConfig's for the options left out ({why}): {now}; --algo grpo (or another preset) takes the lab's"
+    why = f"--algo {a.algo}" if hasattr(a, "algo") else "rl_notes' spelling"
+    return (f"rl_notes: defaults: the lab's for the options left out ({why}; sized for sub-million-parameter models): {now}; "
+            "TRL's spelling without --algo (e.g. --learning-rate) or --algo trl takes GRPOConfig's")
+
 def _train(a) -> int:
     "`rl_notes train`: the config from the options (unset ones keep `TrainConfig`'s defaults), then `train` under accelerate."
     from rl_notes.trainconfig import TrainConfig, get_algo  # heavy: torch and transformers
@@ -476,14 +506,15 @@ def _train(a) -> int:
     rewards = a.reward or []                                   # (spec, weight or None); an unweighted function weighs 1
     weights = [1.0 if w is None else w for _, w in rewards] if any(w is not None for _, w in rewards) else None
     given = {**_given(a, "TrainConfig", TRAIN_HAND), **trl}
-    given = {**PRESET_TRAIN.get(a.algo, {}), **given}       # trl: GRPOConfig's lr, completion length, schedule; flash_reinforce: G = 1
+    algo = getattr(a, "algo", None) or ("trl" if trl_mode(a) else "grpo")   # TRL's spelling without --algo: GRPOConfig's defaults
+    given = {**PRESET_TRAIN.get(algo, {}), **given}       # trl: GRPOConfig's lr, completion length, schedule; flash_reinforce: G = 1
     with warnings.catch_warnings(record=True) as caught:       # TRL's names that act only together (`from_trl`): one line each
         warnings.simplefilter("always")
-        cfg = TrainConfig(model=a.model, algo=get_algo(a.algo, **{**_trl_set(a), **dict(a.algo_set or [])}), task=a.task or "addition",
+        cfg = TrainConfig(model=a.model, algo=get_algo(algo, **{**_trl_set(a), **dict(a.algo_set or [])}), task=a.task or "addition",
                           task_kw=_task_kw(a.task_arg), dataset=a.dataset, reward=[s for s, _ in rewards] or None,
                           reward_weights=given.pop("reward_weights", weights), **given)
     if int(os.environ.get("RANK", "0")) == 0:
-        for line in notes + [f"rl_notes: {w.message}" for w in caught] + [_batch_line(cfg, W)]: print(line)
+        for line in notes + [f"rl_notes: {w.message}" for w in caught] + [_defaults_line(a, cfg), _batch_line(cfg, W)]: print(line)
     acc = Accelerator()
     from rl_notes.doctor import live_doctor  # numpy only: the doctor of --doctor-every, passed to the trainer (a lower layer)
     rows = train(cfg, acc, **({"doctor": live_doctor(cfg)} if cfg.doctor_every else {}))   # without it: the plain call
@@ -532,7 +563,9 @@ def main(argv:list[str]|None=None) -> int:
         if _command(argv) == "doctor":
             from rl_notes.doctor import main as doctor  # the doctor reads logs: no torch, but it has its own options
             return doctor(argv[argv.index("doctor") + 1:])
-        a = _parser(_command(argv)).parse_args(_spelled(_from_config(argv)))
+        full = _spelled(_from_config(argv))
+        a = _parser(_command(argv)).parse_args(full)
+        a.spelled_as_trl = trl_spelled(full) if a.cmd == "train" else []
         return _run(a)
     except UsageError as e:
         print(f"rl_notes: error: {e}", file=sys.stderr)

@@ -17,7 +17,7 @@ from .data import is_hub_id, hub_snapshot
 # %% auto #0
 __all__ = ['SPECIAL_TOKENS', 'HUB_MODEL_FILES', 'CHATML_TEMPLATE', 'CHAT_SPECIAL_TOKENS', 'QWEN2_SPLIT', 'build_tokenizer',
            'tiny_llama', 'resolve_model', 'load_tokenizer', 'load_model', 'load_reward_model', 'build_bpe_tokenizer',
-           'tiny_qwen2', 'save_tiny_chat_model', 'apply_lora', 'enable_gradient_checkpointing']
+           'tiny_qwen2', 'save_tiny_chat_model', 'apply_lora', 'enable_gradient_checkpointing', 'autocast_forward']
 
 # %% ../nbs/24_models.ipynb #b376018a
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<unk>")  # ids 0, 1, 2, 3
@@ -281,4 +281,33 @@ def enable_gradient_checkpointing(model):  # a transformers causal LM (or a peft
     # transformers >= 5.24 names it activation checkpointing (`gradient_checkpointing_enable` is its deprecated alias)
     model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     model.config.use_cache = False  # generation passes use_cache=True explicitly and keeps its cache
+    return model
+
+# %% ../nbs/24_models.ipynb #af1cc5ca
+import functools, types
+_AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+def _fp32(out):
+    "A forward's output with its floating tensors in float32: a tensor, or a `ModelOutput`'s logits."
+    if torch.is_tensor(out): return out.float() if out.is_floating_point() else out
+    if getattr(out, "logits", None) is not None and out.logits.is_floating_point(): out.logits = out.logits.float()
+    return out
+
+def _autocast(forward, dtype):
+    "A forward (unbound) that runs under `torch.autocast(dtype)` on the model's device and returns float32 outputs."
+    @functools.wraps(forward)
+    def run(self, *args, **kw):
+        with torch.autocast(next(self.parameters()).device.type, dtype=dtype): out = forward(self, *args, **kw)
+        return _fp32(out)
+    return run
+
+def autocast_forward(model,  # a torch module (a causal LM, a value model, a peft wrapper)
+                     mixed_precision:str|None,  # "bf16" or "fp16" (TRL's names); None: the model is returned unchanged
+                    ):
+    "Give `model` a mixed-precision forward in place: its weights stay as they are (float32), each forward runs under autocast."
+    if mixed_precision is None: return model
+    if mixed_precision not in _AUTOCAST: raise ValueError(f"`mixed_precision` must be one of {sorted(_AUTOCAST)} or None, got {mixed_precision!r}")
+    if getattr(model, "_mixed_precision", None): return model
+    model.forward = types.MethodType(_autocast(type(model).forward, _AUTOCAST[mixed_precision]), model)   # bound: a deepcopy rebinds it
+    model._mixed_precision = mixed_precision
     return model

@@ -13,8 +13,8 @@ from .configs import validate_config, from_trl, TRL_NAMES, ConfigError
 # %% auto #0
 __all__ = ['PRESETS', 'TRL_TRAIN', 'PRESET_TRAIN', 'RUN_CONTROL', 'KEY_LATE', 'CHARS', 'OFFPOLICY_FIELDS', 'LAB_DEFAULTS',
            'REAL_MODEL_PARAMS', 'PATH_FIELDS', 'Algo', 'get_algo', 'late_absent', 'TrainConfig', 'trl_config',
-           'SFTConfig', 'reward_spec', 'lr_factor', 'eval_due', 'offpolicy_settings', 'sampler_differs', 'dir_problem',
-           'content_changes', 'paths_read']
+           'SFTConfig', 'reward_spec', 'lr_factor', 'eval_due', 'offpolicy_settings', 'sampler_differs',
+           'low_precision_stall', 'warn_low_precision', 'dir_problem', 'content_changes', 'paths_read']
 
 # %% ../nbs/21_trainconfig.ipynb #2efb1170
 def _f(default, **rules):
@@ -252,7 +252,7 @@ KEY_LATE = {"logprob_path": "auto", "lr_scheduler_type": "constant", "warmup_rat
             "algo.vespo_k_neg": 3.0, "algo.vespo_lambda_neg": 2.0,
             "algo.gate": None, "algo.gate_low": None, "algo.gate_high": None, "teacher": None, "distill_coef": 1.0,
             "algo.entropy_coef": 0.0, "algo.use_adaptive_entropy": False, "algo.entropy_coef_min": 0.0, "algo.entropy_coef_max": 1.0,
-            "algo.entropy_coef_delta": 0.005, "algo.entropy_target": 0.2, "algo.flash_delta": 3e-3, "doctor_every": None, "doctor_stop": False}
+            "algo.entropy_coef_delta": 0.005, "algo.entropy_target": 0.2, "algo.flash_delta": 3e-3, "doctor_every": None, "doctor_stop": False, "mixed_precision": None}
 _ABSENT = object()
 
 def _dotted(d:dict, k:str):
@@ -299,6 +299,7 @@ class TrainConfig:
     distill_coef: float = _f(1.0, ge=0, help="weight of the teacher's per-token advantage (needs a teacher); 0: the reverse KL to the teacher is only logged")
     weight_decay: float = _f(0.0, ge=0, help="AdamW weight decay")
     dtype: str = _f("float32", choices=("float32", "bfloat16", "float16"), help="dtype of the policy's (and critic's) weights")
+    mixed_precision: str|None = _f(None, choices=("bf16", "fp16"), help="TRL's bf16 / fp16: float32 weights and optimizer state, the forward passes under autocast in this dtype (accelerate's mixed precision); None: every pass in `dtype`")
     gradient_checkpointing: bool = _f(False, help="recompute activations in the backward pass: less memory, more time")
     logprob_path: str = _f("auto", choices=("auto", "hidden", "logits"), help="where log-probs come from: \"hidden\" the final hidden states and the LM head, tile by tile (the (B, T, V) logits never built), \"logits\" the logits, \"auto\" hidden on a GPU and logits on a CPU")
     lora_r: int = _f(0, ge=0, help="LoRA rank (peft); 0: train every weight. Under LoRA the reference is the base model with the adapters off")
@@ -352,6 +353,9 @@ class TrainConfig:
             raise ValueError(f"Algo.cache_len ({a.cache_len}) must be <= TrainConfig.max_new_tokens ({self.max_new_tokens}) for the soft overlong punishment")
         if self.doctor_stop and not self.doctor_every: raise ValueError("TrainConfig.doctor_stop needs doctor_every (how often the doctor reads the run)")
         if self.n_prompts % self.n_minibatches: raise ValueError(f"TrainConfig.n_prompts ({self.n_prompts}) must be divisible by n_minibatches ({self.n_minibatches})")
+        if self.mixed_precision and self.dtype != "float32":
+            raise ValueError(f"TrainConfig.mixed_precision={self.mixed_precision!r} keeps float32 weights and autocasts the passes; dtype={self.dtype!r} "
+                             "makes the weights themselves low precision: give one (TRL's --bf16 is mixed_precision='bf16')")
         if self.dtype == "float16" and not self.lora_r:
             raise ValueError("TrainConfig.dtype='float16' trains every weight in float16, where AdamW's epsilon (1e-8) underflows to 0 and "
                              "weights with tiny gradients become NaN; use dtype='bfloat16' (--dtype bfloat16) or LoRA (--lora-r R)")
@@ -480,6 +484,30 @@ def _warn_tiny_defaults(cfg:TrainConfig,
     if n <= REAL_MODEL_PARAMS or not kept: return None
     msg = (f"the model has {n / 1e6:.0f}M parameters but TrainConfig keeps the tiny-model default(s) {kept}; for a real model set "
            "lr (--learning-rate) near 1e-6 and max_new_tokens (--max-completion-length) to the answers' length (TRL's defaults: 1e-6 and 512)")
+    warnings.warn(msg, stacklevel=3)
+    return msg
+
+_EPS = {"torch.bfloat16": 2.0 ** -7, "torch.float16": 2.0 ** -10}   # torch.finfo(dtype).eps, without importing torch here
+
+def low_precision_stall(model,  # a torch module whose weights are in `dtype`
+                        lr:float,  # the learning rate: an AdamW step moves a weight by about lr
+                       ) -> tuple[float, float]:
+    "(share of the weight-matrix entries an AdamW step of about `lr` cannot move in the weights' own dtype, the |w| above which that happens): a step below half the spacing of the dtype's numbers at w rounds back to w."
+    ps = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2 and str(p.dtype) in _EPS]
+    if not ps: return 0.0, math.inf
+    eps = _EPS[str(ps[0].dtype)]                            # the spacing of the numbers in [1, 2); at |w| it is between eps |w| / 2 and eps |w|
+    limit = 2 * lr / eps                                    # |w| > limit: lr < eps |w| / 2 <= half the spacing, so w + lr rounds to w
+    n = sum(p.numel() for p in ps)
+    return sum(int((p.detach().abs().float() > limit).sum()) for p in ps) / n, limit
+
+def warn_low_precision(cfg:TrainConfig, model) -> str|None:
+    "Warn (and return the message) when most weights of a model trained in pure bf16 / fp16 cannot move at `cfg.lr`."
+    if cfg.dtype == "float32" or cfg.lora_r: return None
+    share, limit = low_precision_stall(model, cfg.lr)
+    if share < 0.5: return None
+    msg = (f"dtype {cfg.dtype} trains the weights themselves in {cfg.dtype}: at lr {cfg.lr:g} an AdamW step (about lr per weight) is below half "
+           f"the spacing of {cfg.dtype} numbers for {share:.0%} of the weight-matrix entries (every |w| > {limit:.2g}), so they never move; "
+           "use mixed precision (--bf16, TrainConfig.mixed_precision='bf16': float32 weights, bf16 passes) or LoRA")
     warnings.warn(msg, stacklevel=3)
     return msg
 

@@ -17,13 +17,13 @@ from .vapo import positive_lm_loss, value_pretrain_loss
 from .family import accelerate_gather
 from .data import RewardSet, load_dataset_splits, render_prompts, reward_spec, is_hub_id, hub_snapshot, HUB_DATA_FILES, _hub_dataset_id
 from .tasks import get_task
-from .models import load_model, load_tokenizer, load_reward_model, apply_lora, enable_gradient_checkpointing, _quiet_hf, resolve_model
+from .models import load_model, load_tokenizer, load_reward_model, apply_lora, enable_gradient_checkpointing, _quiet_hf, resolve_model, autocast_forward
 from .rollout import Rollout, NonFiniteLogits, generate, response_logprobs, evaluate
 from .rundir import RunDir, RunLock, run_mode
 from .checkpoint import CheckpointError
 from .cache import cache_dir, content_sha256
 from .trainconfig import (Algo, TrainConfig, RUN_CONTROL, PATH_FIELDS, late_absent, _dataset_label, _reward_file, content_changes, paths_read, lr_factor, eval_due,
-                                  dir_problem, _check_extras, _warn_tiny_defaults)
+                                  dir_problem, _check_extras, _warn_tiny_defaults, warn_low_precision)
 from .algo import Batch, make_batch, POLICY_LOSSES, Tokens, modify_tokens, estimate_advantages, micro_share, micro_parts, take, EntropyBonus, loss_logs
 from .report import Meter, Reporter, MODEL_DIR, export_model, export_step, recover_model, TrainResult, named_row
 from .policies import Sampler, Reference, Teacher, teacher_dir
@@ -116,7 +116,7 @@ class Run:
 def _models(cfg:TrainConfig, acc, model_dir:Path|None=None) -> dict:
     "Policy (and its frozen reference when beta > 0), a critic when the estimator needs one, AdamW for each; prepared by `acc`."
     with _quiet_hf(): policy, tok = load_model(model_dir or cfg.model, dtype=cfg.dtype)   # model_dir: cfg.model resolved (a hub id: its snapshot)
-    _warn_tiny_defaults(cfg, policy)
+    _warn_tiny_defaults(cfg, policy); warn_low_precision(cfg, policy)
     policy.to(acc.device).train()
     # under LoRA the reference is the same model with its adapters disabled (`_old_ref_logp`), not a copy
     ref = copy.deepcopy(policy).eval().requires_grad_(False) if cfg.algo.beta > 0 and not cfg.lora_r else None
@@ -127,6 +127,8 @@ def _models(cfg:TrainConfig, acc, model_dir:Path|None=None) -> dict:
     if cfg.gradient_checkpointing:
         for m in (policy, critic):
             if m is not None and hasattr(m, "activation_checkpointing_enable"): enable_gradient_checkpointing(m)   # a transformers model (not the critic's ValueModel)
+    for m in (policy, ref, critic):   # mixed precision (TRL's bf16 / fp16): float32 weights, every forward under autocast
+        if m is not None: autocast_forward(m, cfg.mixed_precision)
     params = [p for p in policy.parameters() if p.requires_grad]   # all of them, or LoRA's adapters
     # foreach=True: one C++ call per update op instead of a Python loop over tensors (the default on CUDA; on the CPU the same
     # per-tensor kernels, so the weights are bit-identical)

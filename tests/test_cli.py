@@ -1,5 +1,5 @@
 "The `rl_notes` console script, through a subprocess: help, one-line errors with exit status 2, one run per directory, a quick demo."
-import json, os, subprocess, sys
+import json, os, subprocess, sys, warnings
 from pathlib import Path
 import pytest
 
@@ -145,3 +145,53 @@ def test_quick_demo_sft_train_eval_plot(tmp_path):
     assert r.returncode == 0 and (tmp_path / "p.png").is_file()
     r = run("demo", "--quick", "--quiet", "--out", tmp_path / "demo", "--sft", model, "--threads", "1")
     assert r.returncode == 0, r.stderr[-2000:]                      # the demo again (from the cached SFT): it replaces its own runs
+
+
+# TRL's meanings on the command line: --bf16 is mixed precision, and TRL's spelling takes GRPOConfig's defaults for what it leaves out
+
+def _weights(d):
+    from safetensors.torch import load_file
+    return {k: v.float() for k, v in load_file(str(Path(d) / "model.safetensors")).items()}
+
+def test_bf16_is_mixed_precision_and_moves_the_weights(micro_sft, tmp_path, capsys):
+    "At lr 1e-6, 3 steps: --bf16 (float32 weights, bf16 passes) moves as many weights as float32 does; --dtype bfloat16 moves few and says why."
+    import torch
+    from rl_notes.cli import main
+    (tmp_path / "p.jsonl").write_text("".join(json.dumps({"prompt": f"{i}+{i}="}) + "\n" for i in range(40)))
+    (tmp_path / "r.py").write_text("def digits(completions, **kw): return [sum(c.isdigit() for c in x) / 4 for x in completions]\n")
+    base = ["train", "--model", micro_sft, "--dataset", str(tmp_path / "p.jsonl"), "--reward", f"{tmp_path / 'r.py'}:digits", "--n-prompts", "4",
+            "--group-size", "4", "--max-new-tokens", "4", "--n-eval", "0", "--lr", "1e-6", "--steps", "3", "--quiet", "--threads", "1"]
+    w0, moved, said = _weights(micro_sft), {}, {}
+    for name, extra in (("fp32", []), ("bf16", ["--bf16"]), ("pure", ["--dtype", "bfloat16"])):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert main([*base, *extra, "--out", str(tmp_path / name)]) == 0
+        said[name] = " ".join(str(w.message) for w in caught)
+        w = _weights(tmp_path / name / "model")
+        ref = {k: v.to(torch.bfloat16).float() for k, v in w0.items()} if name == "pure" else w0
+        moved[name] = sum(int((w[k] != ref[k]).sum()) for k in w0) / sum(v.numel() for v in w0.values())
+    print(moved)
+    assert moved["bf16"] >= 0.99 * moved["fp32"] and moved["fp32"] > 0.5
+    assert moved["pure"] < 0.5 * moved["fp32"]
+    assert "dtype bfloat16 trains the weights themselves" in said["pure"] and "--bf16" in said["pure"]
+    assert "trains the weights themselves" not in said["bf16"] + said["fp32"]
+
+def test_trl_spelling_takes_grpoconfigs_defaults(cli_cfg):
+    "TRL's spelling without --algo: GRPOConfig's defaults and batch arithmetic, the same with or without TRL's default values written."
+    code, cfg, out, err = cli_cfg("--per-device-train-batch-size", 8, "--num-generations", 4)
+    assert code == 0, err
+    code2, cfg2, out2, err2 = cli_cfg("--per-device-train-batch-size", 8, "--num-generations", 4, "--gradient-accumulation-steps", 1)
+    assert code2 == 0, err2
+    for c in (cfg, cfg2):
+        assert (c.n_prompts, c.group_size, c.micro_batch_size, c.n_minibatches) == (2, 4, 8, 1)     # 8 completions: 2 prompts x 4, as TRL
+        assert (c.lr, c.lr_scheduler_type, c.max_new_tokens) == (1e-6, "linear", 512)
+        assert (c.algo.beta, c.algo.agg, c.algo.eps_low, c.algo.eps_high, c.algo.adv) == (0.0, "token-mean", 0.2, 0.2, "group")
+    line = next(l for l in out.splitlines() if l.startswith("rl_notes: defaults:"))
+    assert "GRPOConfig's" in line and "--per-device-train-batch-size" in line and "2 prompts x 4" in line
+    code, cfg, out, err = cli_cfg("--learning-rate", "1e-5", "--algo", "grpo")                    # --algo: the preset and the lab's defaults
+    assert code == 0 and (cfg.lr, cfg.n_prompts, cfg.algo.beta) == (1e-5, 16, 0.04), err
+    assert "the lab's for the options left out (--algo grpo" in out
+    code, cfg, out, err = cli_cfg("--lr", "1e-5")                                                # rl_notes' spelling: the lab's
+    assert code == 0 and (cfg.n_prompts, cfg.max_new_tokens) == (16, 16) and "rl_notes' spelling" in out, err
+    code, cfg, out, err = cli_cfg("--learning-rate", "1e-5", "--n-prompts", 4)                  # a written n_prompts wins over the arithmetic
+    assert code == 0 and (cfg.n_prompts, cfg.lr_scheduler_type) == (4, "linear"), err

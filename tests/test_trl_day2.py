@@ -55,14 +55,16 @@ def test_boolean_values_of_fields_and_scale_rewards(cli_cfg):
 
 
 def test_bf16_fp16(cli_cfg):
-    code, cfg, _, err = cli_cfg("--bf16")
-    assert code == 0 and cfg.dtype == "bfloat16", err
+    code, cfg, _, err = cli_cfg("--bf16")                                   # TRL's meaning: mixed precision, float32 weights
+    assert code == 0 and (cfg.dtype, cfg.mixed_precision) == ("float32", "bf16"), err
     code, cfg, _, err = cli_cfg("--bf16", "false")
-    assert code == 0 and cfg.dtype == "float32", err
-    code, _, _, err = cli_cfg("--bf16", "--dtype", "float32")
-    assert code == 2 and "--bf16 asks for dtype bfloat16 and --dtype for float32" in one_line(err)
-    code, _, _, err = cli_cfg("--fp16")                                     # float16 without LoRA: TrainConfig's own line
-    assert code == 2 and "float16" in one_line(err)
+    assert code == 0 and (cfg.dtype, cfg.mixed_precision) == ("float32", None), err
+    code, cfg, _, err = cli_cfg("--bf16", "--dtype", "float32")
+    assert code == 0 and cfg.mixed_precision == "bf16", err
+    code, _, _, err = cli_cfg("--bf16", "--dtype", "bfloat16")
+    assert code == 2 and "--bf16 is mixed precision" in one_line(err) and "give one" in one_line(err)
+    code, cfg, _, err = cli_cfg("--fp16")
+    assert code == 0 and (cfg.dtype, cfg.mixed_precision) == ("float32", "fp16"), err
 
 
 def test_importance_sampling_level(cli_cfg):
