@@ -268,17 +268,44 @@ def _trl_algo_options(q):
                        default=argparse.SUPPRESS, metavar="BOOL" if flag else trl.upper(),
                        help=f"TRL's {trl}: {what}{vals}{'; ' + t.note if t.note else ''}".replace("%", "%%"))
 
-def _from_config(argv:list[str]) -> list[str]:
+class _UniqueKeys(yaml.SafeLoader):
+    "YAML's safe loader that refuses a mapping with a key written twice (PyYAML keeps the last silently)."
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for k, _ in node.value:
+            key = self.construct_object(k, deep=deep)
+            if key in seen: raise yaml.constructor.ConstructorError(None, None, f"the key {key!r} is written twice", k.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+def _no_duplicates(pairs:list) -> dict:
+    "json's object hook that refuses a key written twice."
+    d = {}
+    for k, v in pairs:
+        if k in d: raise ValueError(f"the key {k!r} is written twice")
+        d[k] = v
+    return d
+
+def _from_config(argv:list[str],
+                 notes:list|None=None,  # gets a line for what the file set that was dropped (`rl_notes.configs.trl_config_options`)
+                ) -> list[str]:
     "`--config FILE` (JSON or YAML: a dict of options by TRL's or rl_notes' names, e.g. a GRPOConfig's fields) as the options it holds, in its place; options after it win."
-    i = next((j for j, x in enumerate(argv) if x == "--config" or x.startswith("--config=")), None)
+    at = [j for j, x in enumerate(argv) if x == "--config" or x.startswith("--config=")]
+    if len(at) > 1: raise UsageError("--config is given more than once: give one file (options after it win over its values)")
+    i = at[0] if at else None
     if i is None: return argv
     path = argv[i].partition("=")[2] or (argv[i + 1] if i + 1 < len(argv) else "")
     if not path: raise UsageError("--config needs a JSON or YAML file")
     try: text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e: raise UsageError(f"--config {path!r}: cannot read it ({type(e).__name__}: {e})") from None
-    try: d = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
+    try: d = json.loads(text, object_pairs_hook=_no_duplicates) if path.endswith(".json") else yaml.load(text, Loader=_UniqueKeys)
     except (ValueError, yaml.YAMLError) as e: raise UsageError(f"--config {path!r}: not {'JSON' if path.endswith('.json') else 'YAML'}: {str(e).splitlines()[0]}") from None
     if not isinstance(d, dict): raise UsageError(f"--config {path!r}: expected a mapping of option names to values, got {type(d).__name__}")
+    if "config" in d: raise UsageError(f"--config {path!r} names another config ({d['config']!r}): configs do not nest; merge them into one file")
+    from rl_notes.configs import trl_config_options  # light: the standard library only
+    try: d, dropped = trl_config_options(d)       # a GRPOConfig dump or TRL's CLI YAML: its defaults and derived values dropped
+    except ValueError as e: raise UsageError(f"--config {path!r}: {e}") from None
+    if notes is not None and dropped: notes.append(f"rl_notes: --config {path}: " + "; ".join(dropped))
     opts = []
     for k, v in d.items():
         if v is None: continue                                                      # null: the option's default
@@ -344,13 +371,14 @@ def trl_mode(a) -> bool:
 def _trl_train(a, W:int) -> tuple[dict, list[str]]:
     "(TrainConfig settings from GRPOConfig's options the command line translates, the lines for those it ignores); a refused one is a UsageError."
     from rl_notes.configs import TRL_OTHER, trl_batch  # light: the standard library only
-    given, kw, notes = {k[5:]: v for k, v in vars(a).items() if k.startswith("trlx_")}, {}, []
+    given, kw, notes = {k[5:]: v for k, v in vars(a).items() if k.startswith("trlx_")}, {}, list(getattr(a, "config_notes", []))
+    ignored = []
     for k, v in given.items():
         if k not in TRL_OTHER: continue
         opt, off = "--" + k.replace("_", "-"), isinstance(v, str) and v.lower() in ("false", "none")   # switched off: nothing asked
         if TRL_OTHER[k].kind == "refused" and not off: raise UsageError(f"{opt} (TRL's {k}): {TRL_OTHER[k].line}")
-        notes.append(f"rl_notes: {opt} {v}: nothing to turn off ({TRL_OTHER[k].line})" if TRL_OTHER[k].kind == "refused"
-                     else f"rl_notes: {opt} ignored: {TRL_OTHER[k].line}")
+        ignored.append(f"{opt} {v}: nothing to turn off ({TRL_OTHER[k].line})" if TRL_OTHER[k].kind == "refused" else f"{opt} {v} ({TRL_OTHER[k].line})")
+    if ignored: notes.append("rl_notes: ignored, no meaning here: " + "; ".join(ignored))   # one line for them all
     if given.get("bf16") and given.get("fp16"): raise UsageError("--bf16 and --fp16 exclude each other")
     for k in ("bf16", "fp16"):
         if given.get(k):   # TRL's meaning: accelerate's mixed precision, the weights stay float32
@@ -563,8 +591,10 @@ def main(argv:list[str]|None=None) -> int:
         if _command(argv) == "doctor":
             from rl_notes.doctor import main as doctor  # the doctor reads logs: no torch, but it has its own options
             return doctor(argv[argv.index("doctor") + 1:])
-        full = _spelled(_from_config(argv))
+        config_notes = []
+        full = _spelled(_from_config(argv, config_notes))
         a = _parser(_command(argv)).parse_args(full)
+        a.config_notes = config_notes
         a.spelled_as_trl = trl_spelled(full) if a.cmd == "train" else []
         return _run(a)
     except UsageError as e:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import re, math, types, typing, warnings, functools, dataclasses
 
 # %% auto #0
-__all__ = ['TRL_NAMES', 'TRL_LOSSES', 'TRL_OTHER', 'ConfigError', 'validate_config', 'TrlName', 'from_trl', 'TrlOther',
-           'trl_batch']
+__all__ = ['TRL_NAMES', 'TRL_LOSSES', 'TRL_OTHER', 'GRPO_DEFAULTS', 'ConfigError', 'validate_config', 'TrlName', 'from_trl',
+           'TrlOther', 'trl_config_options', 'trl_batch']
 
 # %% ../nbs/20_configs.ipynb #4b04b03e
 class ConfigError(ValueError):
@@ -282,6 +282,99 @@ def _sync_ref(d:dict) -> dict:
         warnings.warn("ref_model_sync_steps / ref_model_mixup_alpha (TRL's names) ignored: they act only with sync_ref_model=True, as in TRL "
                       "(rl_notes' own ref_reset_every acts alone)")
     return out
+
+# %% ../nbs/20_configs.ipynb #44dd1630
+GRPO_DEFAULTS = {  # GRPOConfig's (TRL 1.16) defaults of its options rl_notes has no field for: the declared value, and the value
+    # __post_init__ writes where that differs (as `GRPOConfig(...).to_dict()` dumps it); an option at one of these is dropped silently
+    'num_train_epochs': (3.0,), 'lr_scheduler_kwargs': (None,), 'optim': ('adamw_torch_fused',),
+    'optim_args': (None,), 'adam_beta1': (0.9,), 'adam_beta2': (0.999,), 'adam_epsilon': (1e-08,),
+    'optim_target_modules': (None,), 'average_tokens_across_devices': (True,), 'label_smoothing_factor': (0.0,),
+    'bf16': (None, False), 'fp16': (False,), 'bf16_full_eval': (False,), 'fp16_full_eval': (False,), 'tf32': (None,),
+    'activation_checkpointing_kwargs': (None,), 'gradient_checkpointing_kwargs': (None,), 'torch_compile': (False,),
+    'torch_compile_backend': (None,), 'torch_compile_mode': (None,), 'use_liger_kernel': (False,),
+    'liger_kernel_config': (None,), 'use_cache': (False,), 'neftune_noise_alpha': (None,),
+    'torch_empty_cache_steps': (None,), 'auto_find_batch_size': (False,), 'logging_strategy': ('steps',),
+    'logging_steps': (10,), 'logging_first_step': (False,), 'log_on_each_node': (True,),
+    'logging_nan_inf_filter': (True,), 'include_num_input_tokens_seen': ('no',), 'log_level': ('passive',),
+    'log_level_replica': ('warning',), 'disable_tqdm': (None, False), 'run_name': (None,),
+    'project': ('huggingface',), 'trackio_space_id': (None,), 'trackio_bucket_id': (None,),
+    'trackio_static_space_id': (None,), 'eval_strategy': ('no',), 'eval_delay': (0,),
+    'per_device_eval_batch_size': (8,), 'prediction_loss_only': (False,), 'eval_on_start': (False,),
+    'eval_do_concat_batches': (True,), 'eval_use_gather_object': (False,), 'eval_accumulation_steps': (None,),
+    'include_for_metrics': ([],), 'batch_eval_metrics': (False,), 'save_only_model': (False,),
+    'save_strategy': ('steps',), 'save_on_each_node': (False,), 'save_total_limit': (None,),
+    'enable_jit_checkpoint': (False,), 'push_to_hub': (False,), 'hub_token': (None, '<HUB_TOKEN>'),
+    'hub_private_repo': (None,), 'hub_model_id': (None,), 'hub_strategy': ('every_save',),
+    'hub_always_push': (False,), 'hub_revision': (None,), 'load_best_model_at_end': (False,),
+    'metric_for_best_model': (None,), 'greater_is_better': (None,), 'ignore_data_skip': (False,),
+    'restore_callback_states_from_checkpoint': (False,), 'full_determinism': (False,), 'data_seed': (None,),
+    'use_cpu': (False,),
+    'accelerator_config': (None, {'split_batches': False, 'dispatch_batches': None, 'even_batches': True, 'use_seedable_sampler': True, 'non_blocking': False, 'gradient_accumulation_kwargs': None}),
+    'parallelism_config': (None,), 'dataloader_drop_last': (False,), 'dataloader_num_workers': (0,),
+    'dataloader_pin_memory': (True, False), 'dataloader_persistent_workers': (False,),
+    'dataloader_prefetch_factor': (None,), 'dataloader_multiprocessing_context': (None,),
+    'dataloader_in_order': (True,), 'remove_unused_columns': (False,), 'label_names': (None,),
+    'train_sampling_strategy': ('random',), 'length_column_name': ('length',), 'ddp_find_unused_parameters': (None,),
+    'ddp_bucket_cap_mb': (None,), 'ddp_broadcast_buffers': (None,), 'ddp_static_graph': (None,),
+    'ddp_backend': (None,), 'ddp_timeout': (1800,), 'fsdp': (None,), 'fsdp_config': (None,), 'deepspeed': (None,),
+    'debug': ('', []), 'skip_memory_metrics': (True,), 'do_train': (False,), 'do_eval': (False,),
+    'do_predict': (False,), 'resume_from_checkpoint': (None,), 'local_rank': (-1,), 'model_init_kwargs': (None,),
+    'trust_remote_code': (False,), 'router_aux_loss_coef': (None,), 'disable_dropout': (False,),
+    'cast_lm_head_to_fp32': (False,), 'num_generations_eval': (None,), 'ds3_gather_for_generation': (True,),
+    'shuffle_dataset': (True,), 'pad_to_multiple_of': ('auto', None), 'min_p': (None,), 'generation_kwargs': (None,),
+    'chat_template_kwargs': (None,), 'repetition_penalty': (1.0,), 'cache_implementation': (None,),
+    'use_vllm': (False,), 'vllm_mode': ('colocate',), 'vllm_model_impl': ('vllm',),
+    'vllm_enable_sleep_mode': (False,), 'vllm_structured_outputs_regex': (None,), 'vllm_server_base_url': (None,),
+    'vllm_server_host': ('0.0.0.0',), 'vllm_server_port': (8000,), 'vllm_server_timeout': (240.0,),
+    'vllm_group_port': (51216,), 'vllm_gpu_memory_utilization': (0.3,), 'vllm_max_model_length': (None,),
+    'vllm_tensor_parallel_size': (1,), 'max_tool_calling_iterations': (None,),
+    'vllm_importance_sampling_correction': (True,), 'use_bias_correction_kl': (True,), 'log_completions': (False,),
+    'log_multimodal': (True,), 'num_completions_to_print': (None,), 'log_unique_prompts': (False,),
+    'log_completions_hub_repo': (None,), 'use_transformers_continuous_batching': (False,),
+    'transformers_continuous_batching_config': (None,), 'use_transformers_paged': (False,),
+    'vllm_importance_sampling_cap': (None,),
+}
+_VLLM_ONLY = ("vllm_importance_sampling_mode", "vllm_importance_sampling_clip_max", "vllm_importance_sampling_clip_min",
+              "vllm_importance_sampling_correction", "vllm_importance_sampling_cap")   # TRL applies them only when vLLM samples
+_LORA = ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")
+
+def _at_default(k:str, v) -> bool:
+    "Is `v` one of GRPOConfig's defaults for option `k` (`GRPO_DEFAULTS`)? Numbers compare by value, lists as tuples."
+    return k in GRPO_DEFAULTS and any(v == d or (isinstance(v, list) and isinstance(d, (list, tuple)) and tuple(v) == tuple(d))
+                                      for d in GRPO_DEFAULTS[k])
+
+def trl_config_options(d:dict) -> tuple[dict, list[str]]:
+    "A config file's mapping (a GRPOConfig dump, TRL's CLI YAML, or rl_notes' names) as rl_notes' options, and a line for what it dropped that was set."
+    d, notes = dict(d), []
+    if "model_name_or_path" in d:                                      # TRL's CLI: ModelConfig and ScriptArguments
+        if "model" in d: raise ConfigError("the config gives both model_name_or_path (TRL's) and model: give one")
+        d["model"] = d.pop("model_name_or_path")
+    if "dataset_name" in d:
+        if "dataset" in d: raise ConfigError("the config gives both dataset_name (TRL's) and dataset: give one")
+        name, conf, split = d.pop("dataset_name"), d.pop("dataset_config", None), d.pop("dataset_train_split", "train")
+        d["dataset"] = name + (f":{conf or ''}:{split}" if split != "train" else f":{conf}" if conf else "")
+    if "use_peft" in d and not d.pop("use_peft"):                      # TRL's lora_* act only with use_peft
+        for k in _LORA: d.pop(k, None)
+    elif "model" in d and any(k in d for k in _LORA): d.setdefault("lora_r", 16)   # use_peft: TRL's ModelConfig default rank
+    for k in ("dataset_test_split", "model_revision", "torch_dtype", "dtype", "attn_implementation"):
+        if k == "model_revision" and d.get(k) not in (None, "main"): raise ConfigError(f"model_revision={d[k]!r}: rl_notes reads the cached snapshot of the main revision")
+        if k in ("torch_dtype", "dtype") and d.get(k) not in (None, "auto", "float32"):
+            raise ConfigError(f"{k}={d[k]!r} (TRL's ModelConfig) loads the weights in that dtype: use bf16: true (mixed precision) or rl_notes' dtype")
+        if k in ("torch_dtype", "model_revision", "attn_implementation", "dataset_test_split") or d.get(k) in ("auto",): d.pop(k, None)
+    if not d.get("use_vllm"):
+        for k in _VLLM_ONLY: d.pop(k, None)
+    if not d.get("sync_ref_model"):                                    # TRL's reference sync settings at their defaults act only with it
+        for k, v in (("ref_model_sync_steps", 512), ("ref_model_mixup_alpha", 0.6)):
+            if d.get(k) == v: d.pop(k)
+        if d.get("sync_ref_model") is False: d.pop("sync_ref_model")
+    if d.get("use_cpu") is True: d.pop("use_cpu"); notes.append("use_cpu: the run goes where accelerate puts it")
+    if "steps_per_generation" in d and "generation_batch_size" in d: d.pop("generation_batch_size")   # TRL derived one from the other
+    if d.get("max_steps") == -1: d.pop("max_steps")                   # TRL's "train by epochs": rl_notes counts steps
+    for k in list(d):
+        v = d[k]
+        if v is None or (isinstance(v, list) and not v) or _at_default(k, v): d.pop(k)
+        elif k == "report_to" and isinstance(v, list): d[k] = v[0] if len(v) == 1 else ",".join(map(str, v))
+    return d, notes
 
 # %% ../nbs/20_configs.ipynb #9dad985a
 def trl_batch(num_generations:int=8,  # G (TRL's default 8)

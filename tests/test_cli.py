@@ -57,7 +57,9 @@ def test_options_are_the_config_fields():
                 assert act.type is None or f"(default {d})" in act.help, (f.name, act.help)
     q = _parser("train")._subparsers._group_actions[0].choices["train"]
     hand_defaults = {a.dest: a.default for a in q._actions if a.dest in ("task", "algo", "dataset")}
-    assert hand_defaults == {"task": None, "algo": TrainConfig.algo, "dataset": TrainConfig.dataset}   # the options written by hand agree too
+    assert hand_defaults == {"task": None, "algo": "==SUPPRESS==", "dataset": TrainConfig.dataset}   # the options written by hand agree too
+    # --algo left out: TrainConfig.algo with the lab's defaults, or GRPOConfig's under TRL's spelling (`cli.trl_mode`)
+    assert f"default: {TrainConfig.algo} with the lab's defaults" in next(a for a in q._actions if a.dest == "algo").help
     # --task left out is None (so that --dataset without --reward can be refused), which `rl_notes train` turns into TrainConfig.task
     assert f"default: {TrainConfig.task}" in next(a for a in q._actions if a.dest == "task").help
 
@@ -195,3 +197,56 @@ def test_trl_spelling_takes_grpoconfigs_defaults(cli_cfg):
     assert code == 0 and (cfg.n_prompts, cfg.max_new_tokens) == (16, 16) and "rl_notes' spelling" in out, err
     code, cfg, out, err = cli_cfg("--learning-rate", "1e-5", "--n-prompts", 4)                  # a written n_prompts wins over the arithmetic
     assert code == 0 and (cfg.n_prompts, cfg.lr_scheduler_type) == (4, "linear"), err
+
+
+def _grpo_dump(path, **kw):
+    "A real GRPOConfig (CPU), dumped as TRL's to_dict() writes it, to JSON or YAML by the suffix of `path`."
+    import yaml
+    trl = pytest.importorskip("trl")
+    d = json.loads(json.dumps(trl.GRPOConfig(use_cpu=True, bf16=False, **kw).to_dict(), default=str))
+    path.write_text(json.dumps(d) if path.suffix == ".json" else yaml.safe_dump(d))
+    return path
+
+@pytest.mark.parametrize("suffix", [".json", ".yaml"])
+def test_a_grpoconfig_dump_runs_unchanged(micro_sft, tmp_path, capsys, suffix):
+    "GRPOConfig(...).to_dict() as TRL writes it, defaults and a realistic recipe, runs one step with --config; options after it win."
+    from rl_notes.cli import main
+    small = ["--max-completion-length", "8", "--max-steps", "1", "--n-eval", "0", "--n-train", "200", "--quiet", "--threads", "1", "--task-arg", "max_digits=2",
+             "--task-arg", "scratchpad=false"]
+    recipe = dict(learning_rate=3e-6, num_generations=4, per_device_train_batch_size=4, gradient_accumulation_steps=2, beta=0.04,
+                  loss_type="dr_grpo", epsilon=0.2, epsilon_high=0.28, scale_rewards="none", mask_truncated_completions=True, warmup_steps=1,
+                  lr_scheduler_type="cosine", logging_steps=1, save_steps=100, seed=7, temperature=0.9, max_grad_norm=0.5)
+    for name, kw in (("default", {}), ("recipe", recipe)):
+        f = _grpo_dump(tmp_path / f"{name}{suffix}", output_dir=str(tmp_path / name), **kw)
+        code = main(["train", "--model", micro_sft, "--config", str(f), *small])
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        assert "GRPOConfig's for the options left out" in out and "refused" not in err
+        ignored = [l for l in out.splitlines() if "ignored" in l]          # what has no meaning here, set to a non-default value: one line
+        assert (len(ignored), "--logging-steps 1" in "".join(ignored)) == ((0, False) if name == "default" else (1, True)), ignored
+        cfg = json.loads((tmp_path / name / "config.json").read_text())
+        assert cfg["max_new_tokens"] == 8 and cfg["steps"] == 1
+    assert (cfg["lr"], cfg["group_size"], cfg["n_prompts"], cfg["seed"], cfg["lr_scheduler_type"]) == (3e-6, 4, 2, 7, "cosine")
+    assert (cfg["algo"]["beta"], cfg["algo"]["eps_high"], cfg["algo"]["adv"], cfg["algo"]["overlong_filter"]) == (0.04, 0.28, "group-mean-only", True)
+
+def test_trl_cli_yaml_keys(micro_sft, tmp_path, capsys):
+    "TRL's command-line YAML (model_name_or_path, dataset_name, use_peft) runs; a second --config, a nested one and a duplicated key are refused."
+    import yaml
+    from rl_notes.cli import main
+    (tmp_path / "p.jsonl").write_text("".join(json.dumps({"prompt": f"{i}+{i}="}) + "\n" for i in range(20)))
+    (tmp_path / "r.py").write_text("def digits(completions, **kw): return [sum(c.isdigit() for c in x) / 4 for x in completions]\n")
+    (tmp_path / "cli.yaml").write_text(yaml.safe_dump(dict(model_name_or_path=micro_sft, dataset_name=str(tmp_path / "p.jsonl"), use_peft=False,
+                                                            lora_r=16, torch_dtype="auto", learning_rate=1e-5, num_generations=4,
+                                                            per_device_train_batch_size=8, max_completion_length=4, max_steps=1,
+                                                            output_dir=str(tmp_path / "run"))))
+    code = main(["train", "--config", str(tmp_path / "cli.yaml"), "--reward", f"{tmp_path / 'r.py'}:digits", "--n-eval", "0", "--quiet"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    cfg = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert (cfg["model"], cfg["n_prompts"], cfg["lora_r"]) == (micro_sft, 2, 0) and cfg["dataset"].endswith("p.jsonl")
+    (tmp_path / "dup.yaml").write_text("learning_rate: 1e-5\nlearning_rate: 1e-6\n")
+    (tmp_path / "nest.yaml").write_text(f"config: {tmp_path / 'cli.yaml'}\n")
+    for args, says in ((["--config", str(tmp_path / "dup.yaml")], "written twice"), (["--config", str(tmp_path / "nest.yaml")], "do not nest"),
+                       (["--config", str(tmp_path / "cli.yaml"), "--config", str(tmp_path / "cli.yaml")], "more than once")):
+        assert main(["train", "--model", micro_sft, *args]) == 2
+        assert says in capsys.readouterr().err

@@ -132,7 +132,7 @@ def test_sequence_level_equals_trl(agg):
 def test_logging_steps_and_reward_weights(cli_cfg, tmp_path):
     code, cfg, out, err = cli_cfg("--logging-steps", "10")
     assert code == 0, err
-    assert "rl_notes: --logging-steps ignored: rl_notes writes one metric row every RL step" in out
+    assert "rl_notes: ignored, no meaning here: --logging-steps 10 (rl_notes writes one metric row every RL step" in out
     (tmp_path / "r.py").write_text("def a(completions, **kw): return [1.0] * len(completions)\ndef b(completions, **kw): return [0.0] * len(completions)\n")
     rw = ["--reward", f"{tmp_path / 'r.py'}:a", "--reward", f"{tmp_path / 'r.py'}:b", "--task", "addition"]
     code, cfg, _, err = cli_cfg(*rw, "--reward_weights", "0.5", "2")
@@ -189,7 +189,7 @@ def test_every_grpoconfig_option_is_mapped_ignored_or_refused(cli_cfg):
         if kind == "refused" and not (v is not None and v.lower() in ("false", "none")):
             assert code == 2 and one_line(err).startswith(f"rl_notes: error: {opt} (TRL's {f.name}): "), (f.name, err)
         elif kind == "ignored":
-            assert code == 0 and f"rl_notes: {opt} ignored: " in out, (f.name, out, err)
+            assert code == 0 and "rl_notes: ignored, no meaning here: " in out and f"{opt} " in out, (f.name, out, err)
         elif code != 0:                                                      # a mapped option whose value rl_notes' config refuses
             assert one_line(err).startswith("rl_notes: error: "), (f.name, err)
 
@@ -297,7 +297,7 @@ def test_real_run_logs_trls_names_and_the_batch_line(micro_sft, tmp_path, capsys
                  "--beta", "0.1", "--logging_steps", "5", "--output_dir", str(tmp_path / "run")])
     out, err = capsys.readouterr()
     assert code == 0, err
-    assert "rl_notes: --logging-steps ignored" in out
+    assert "rl_notes: ignored, no meaning here: --logging-steps" in out
     assert "each step samples 8 completions (2 prompts x 4) on 1 process(es); an optimizer update takes 4 per process in micro-batches of 4; " \
            "2 update(s) per generation (2 minibatch(es) x 1 pass(es))" in out
     rows = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
