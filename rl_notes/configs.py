@@ -143,8 +143,9 @@ TRL_NAMES = {  # GRPOConfig name -> `TrlName`
                                              "batch": "group-batch"}, note="the advantage estimator; batch: the group mean subtracted, divided by the std of the batch's rewards"),
     "mask_truncated_completions": TrlName("Algo", "overlong_filter"),
     "top_entropy_quantile": TrlName("Algo", "top_entropy_quantile"),
-    "top_p": TrlName(None, None, {1.0: None}, note="rl_notes samples at `temperature` with top_p = 1"),
-    "top_k": TrlName(None, None, {0: None, None: None}, note="rl_notes samples from the full vocabulary"),
+    "top_p": TrlName("TrainConfig", "top_p", note="the sampler's and the learner's log-probs are renormalised on the kept support"),
+    "top_k": TrlName("TrainConfig", "top_k", note="0: off; the log-probs are renormalised on the k kept tokens"),
+    "min_p": TrlName("TrainConfig", "min_p", note="TRL's None is 0.0 here (off); the log-probs are renormalised on the kept tokens"),
     "vllm_importance_sampling_mode": TrlName("Algo", "tis", note="TRL corrects only when vLLM samples (and vllm_importance_sampling_correction, default True); "
                                              "rl_notes whenever set, against its own sampler (`sampler_dtype`, `sampler_lag`, `sampler_temperature`)"),
     "vllm_importance_sampling_clip_max": TrlName("Algo", "tis_c_max", note="TRL's default 3.0, rl_notes' 2.0"),
@@ -257,8 +258,8 @@ TRL_OTHER = {  # GRPOConfig name -> `TrlOther`
     **_each("model_init_kwargs trust_remote_code", "refused", "--dtype sets the dtype; rl_notes loads transformers' own architectures only"),
     "router_aux_loss_coef": TrlOther("refused", "rl_notes adds no mixture-of-experts router loss"),
     "disable_dropout": TrlOther("ignored", "rl_notes keeps the model's dropout settings (Llama and Qwen checkpoints have none)"),
-    **_each("min_p repetition_penalty generation_kwargs cache_implementation", "refused",
-            "rl_notes samples at --temperature from the full distribution (top_p 1, top_k 0)"),
+    **_each("repetition_penalty generation_kwargs cache_implementation", "refused",
+            "rl_notes samples at --temperature, truncated by --top-p, --top-k and --min-p only"),
     "chat_template_kwargs": TrlOther("refused", "prompts are rendered by the tokenizer's chat template with its defaults"),
     **_each("use_vllm vllm_mode vllm_model_impl vllm_enable_sleep_mode vllm_structured_outputs_regex vllm_server_base_url vllm_server_host "
             "vllm_server_port vllm_server_timeout vllm_group_port vllm_gpu_memory_utilization vllm_max_model_length vllm_tensor_parallel_size "
@@ -321,7 +322,7 @@ GRPO_DEFAULTS = {  # GRPOConfig's (TRL 1.16) defaults of its options rl_notes ha
     'do_predict': (False,), 'resume_from_checkpoint': (None,), 'local_rank': (-1,), 'model_init_kwargs': (None,),
     'trust_remote_code': (False,), 'router_aux_loss_coef': (None,), 'disable_dropout': (False,),
     'cast_lm_head_to_fp32': (False,), 'num_generations_eval': (None,), 'ds3_gather_for_generation': (True,),
-    'shuffle_dataset': (True,), 'pad_to_multiple_of': ('auto', None), 'min_p': (None,), 'generation_kwargs': (None,),
+    'shuffle_dataset': (True,), 'pad_to_multiple_of': ('auto', None), 'generation_kwargs': (None,),
     'chat_template_kwargs': (None,), 'repetition_penalty': (1.0,), 'cache_implementation': (None,),
     'use_vllm': (False,), 'vllm_mode': ('colocate',), 'vllm_model_impl': ('vllm',),
     'vllm_enable_sleep_mode': (False,), 'vllm_structured_outputs_regex': (None,), 'vllm_server_base_url': (None,),

@@ -12,8 +12,9 @@ from .core import logprobs_from_logits, logprobs_and_entropy, logprobs_from_hidd
 from .data import render_prompts
 
 # %% auto #0
-__all__ = ['CDF_MIN_V', 'LOGPROB_PATHS', 'Rollout', 'position_ids_from_mask', 'NonFiniteLogits', 'generate', 'lm_head',
-           'response_logprobs', 'cat_rollouts', 'evaluate', 'pass_at_k', 'first_token_entropy', 'sample_eval']
+__all__ = ['CDF_MIN_V', 'LOGPROB_PATHS', 'Rollout', 'position_ids_from_mask', 'NonFiniteLogits', 'keep_mask', 'support_logmass',
+           'generate', 'lm_head', 'response_logprobs', 'cat_rollouts', 'evaluate', 'pass_at_k', 'first_token_entropy',
+           'sample_eval']
 
 # %% ../nbs/25_rollout.ipynb #94389dd2
 @dataclass
@@ -30,6 +31,7 @@ class Rollout:
     prompts: list = field(default_factory=list)  # the n_prompts prompts as given (strings or message lists)
     temperature: float = 1.0       # sampling temperature (recompute log-probs with it)
     pad_token_id: int = 0          # id of the padding (left of short prompts, right of ended responses)
+    support: torch.Tensor|None = None  # (B, T, K) ids of the tokens the sampler could draw at each position (top-k / top-p / min-p), -1 pads; None: the whole vocabulary
 
     @property
     def response_ids(self) -> torch.Tensor: return self.input_ids[:, self.prompt_len:]           # (B, T)
@@ -43,7 +45,8 @@ class Rollout:
 
     def to(self, device) -> "Rollout":
         "The rollout with every tensor on `device`."
-        return replace(self, **{k: getattr(self, k).to(device) for k in ("input_ids", "attention_mask", "response_mask", "old_logp", "truncated")})
+        return replace(self, **{k: getattr(self, k).to(device) for k in ("input_ids", "attention_mask", "response_mask", "old_logp", "truncated")},
+                       support=None if self.support is None else self.support.to(device))
 
     def trim(self, width:int) -> "Rollout":
         "The first `width` response positions (the columns after them must be padding in every row: nothing real is cut)."
@@ -52,7 +55,8 @@ class Rollout:
         if width < T and bool(self.response_mask[:, width:].any()): raise ValueError(f"Rollout.trim: a response is longer than `width` ({width})")
         P = self.prompt_len
         return replace(self, input_ids=self.input_ids[:, :P + width], attention_mask=self.attention_mask[:, :P + width],
-                       response_mask=self.response_mask[:, :width], old_logp=self.old_logp[:, :width])
+                       response_mask=self.response_mask[:, :width], old_logp=self.old_logp[:, :width],
+                       support=None if self.support is None else self.support[:, :width])
 
     def select(self, idx) -> "Rollout":
         "Rows `idx` (a list/tensor of row indices, or a bool mask of shape (B,)); `group_size` is kept only for whole groups."
@@ -63,6 +67,7 @@ class Rollout:
         whole = len(rows) % G == 0 and all(rows[k] == rows[k - k % G] + k % G and rows[k - k % G] % G == 0 for k in range(len(rows)))
         return replace(self, input_ids=self.input_ids[idx], attention_mask=self.attention_mask[idx],
                        response_mask=self.response_mask[idx], old_logp=self.old_logp[idx], truncated=self.truncated[idx],
+                       support=None if self.support is None else self.support[idx],
                        response_text=[self.response_text[i] for i in rows], group_size=G if whole else 1,
                        prompts=[self.prompts[rows[k] // G] for k in range(0, len(rows), G)] if whole and self.prompts else [])
 
@@ -101,21 +106,57 @@ def _encode(tokenizer, prompts:list, pad:int, device):
 
 CDF_MIN_V = 4096  # from this vocabulary size on, `_sample` draws by inverse CDF: one uniform per row, not V exponentials
 
-def _sample(logits, temperature, top_p, generator):
-    "Draw one token per row from softmax(logits / temperature), restricted to the top-p nucleus."
-    probs = torch.softmax(logits / temperature if temperature != 1.0 else logits, -1)   # (B, V); x / 1 == x exactly
+def keep_mask(probs:torch.Tensor,  # (n, V) the sampling distribution, softmax(logits / temperature)
+              top_k:int=0,  # keep the k most likely tokens (0: off)
+              top_p:float=1.0,  # then the smallest set of most likely tokens whose mass reaches top_p, renormalised after top-k (1.0: off)
+              min_p:float=0.0,  # then the tokens with at least min_p x the largest probability (0.0: off)
+             ) -> torch.Tensor|None:
+    "The (n, V) bool mask of the tokens a top-k / top-p / min-p sampler can draw, in that order (transformers' warpers' order); None when all three are off."
+    if not (top_k or top_p < 1.0 or min_p > 0.0): return None
+    keep = torch.ones_like(probs, dtype=torch.bool)
+    if top_k and top_k < probs.shape[-1]:
+        keep = torch.zeros_like(keep).scatter_(-1, probs.topk(top_k, -1).indices, True)
     if top_p < 1.0:
-        p_sorted, order = probs.sort(-1, descending=True)
+        q = probs if not top_k else (probs * keep) / (probs * keep).sum(-1, keepdim=True)    # renormalised on the top-k support
+        q_sorted, order = q.sort(-1, descending=True)
         # keep the smallest prefix whose mass reaches top_p (the token that crosses it included)
-        drop = (p_sorted.cumsum(-1) - p_sorted) >= top_p
-        p_sorted = p_sorted.masked_fill(drop, 0.0)
-        probs = torch.zeros_like(probs).scatter_(-1, order, p_sorted)
+        drop = (q_sorted.cumsum(-1) - q_sorted) >= top_p
+        keep = keep & torch.ones_like(keep).scatter_(-1, order, ~drop)
+    if min_p > 0.0:
+        q = probs * keep
+        keep = keep & (q >= min_p * q.amax(-1, keepdim=True))
+    return keep
+
+def _sample(logits, temperature, generator, keep=None):
+    "Draw one token per row from softmax(logits / temperature), restricted to the tokens of `keep` (n, V) when given."
+    probs = torch.softmax(logits / temperature if temperature != 1.0 else logits, -1)   # (B, V); x / 1 == x exactly
+    if keep is not None: probs = probs.masked_fill(~keep, 0.0)
     V = probs.shape[-1]
     if V < CDF_MIN_V: return torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
     # the first token whose cumulative mass exceeds u ~ U(0, total mass), in float64 (exact to ~1e-16 per token)
     cdf = probs.double().cumsum(-1)                                       # (B, V)
     u = torch.rand(probs.shape[0], 1, dtype=torch.float64, device=probs.device, generator=generator) * cdf[:, -1:]
     return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp_(max=V - 1)   # (B,)
+
+def support_logmass(logits:torch.Tensor,  # (..., V) logits
+                    support:torch.Tensor,  # (..., K) token ids of the support, -1 pads
+                    temperature:float=1.0,
+                   ) -> torch.Tensor:
+    "log of the mass softmax(logits / temperature) puts on the support, (...): log p(y | support) = log p(y) - this."
+    z = logits.float() / temperature if temperature != 1.0 else logits.float()
+    zs = z.gather(-1, support.clamp(min=0)).masked_fill(support < 0, float("-inf"))
+    return torch.logsumexp(zs, -1) - torch.logsumexp(z, -1)
+
+def _support_ids(keep:torch.Tensor) -> torch.Tensor:
+    "(n, V) bool mask -> (n, K) ids of its True entries, K the largest count, padded with -1."
+    k = int(keep.sum(-1).max())
+    val, idx = keep.to(torch.int8).topk(k, -1, sorted=True)                 # the kept ids first (ties in id order do not matter)
+    return torch.where(val.bool(), idx, torch.full_like(idx, -1))
+
+def _stack_support(sups:list) -> torch.Tensor:
+    "Per-step (B, K_t) support ids -> (B, T, K) with K the largest K_t, padded with -1."
+    K = max(x.shape[1] for x in sups)
+    return torch.stack([torch.nn.functional.pad(x, (0, K - x.shape[1]), value=-1) for x in sups], 1)
 
 def _decode(tokenizer, resp:torch.Tensor, n_text:torch.Tensor) -> list[str]:
     "Texts of the first `n_text[i]` tokens of each response row (EOS and padding excluded); equal rows decoded once."
@@ -133,6 +174,8 @@ def generate(model,  # a causal LM (e.g. `tiny_llama` or `load_model`)
              max_new_tokens:int=32,  # most response tokens (EOS included)
              temperature:float=1.0,  # logits are divided by it before sampling and for `old_logp`
              top_p:float=1.0,  # nucleus sampling mass (1.0: off)
+             top_k:int=0,  # sample from the k most likely tokens (0: off)
+             min_p:float=0.0,  # sample from the tokens with at least min_p x the largest probability (0.0: off)
              seed:int|None=None,  # seeds a private generator (None: the global RNG)
              greedy:bool=False,  # argmax instead of sampling
              cache:str="dynamic",  # "dynamic": keys/values grown each step; "static": pre-allocated for P + max_new_tokens
@@ -144,6 +187,9 @@ def generate(model,  # a causal LM (e.g. `tiny_llama` or `load_model`)
     if not (isinstance(max_new_tokens, int) and max_new_tokens >= 1): raise ValueError(f"`max_new_tokens` must be an int >= 1, got {max_new_tokens!r}")
     if not temperature > 0: raise ValueError(f"`temperature` must be > 0, got {temperature!r}")
     if not 0 < top_p <= 1: raise ValueError(f"`top_p` must be in (0, 1], got {top_p!r}")
+    if not (isinstance(top_k, int) and top_k >= 0): raise ValueError(f"`top_k` must be an int >= 0, got {top_k!r}")
+    if not 0 <= min_p < 1: raise ValueError(f"`min_p` must be in [0, 1), got {min_p!r}")
+    truncate = not greedy and (top_k > 0 or top_p < 1.0 or min_p > 0.0)   # old_logp and the support: the distribution sampled
     if cache not in ("static", "dynamic"): raise ValueError(f"`cache` must be 'static' or 'dynamic', got {cache!r}")
     if compact and cache != "dynamic": raise ValueError(f"`compact=True` needs cache='dynamic' (rows are dropped from a growing cache), got cache={cache!r}")
     dev = next(model.parameters()).device
@@ -165,7 +211,7 @@ def generate(model,  # a causal LM (e.g. `tiny_llama` or `load_model`)
     out = model(input_ids=ids, attention_mask=att, position_ids=pos, cache=kv, use_cache=True, logits_to_keep=1)
     next_pos = pos[:, -1:] + 1                                               # (B, 1)
     done = torch.zeros(B, dtype=torch.bool, device=dev)
-    toks, logps, masks = [], [], []
+    toks, logps, masks, sups = [], [], [], []
     bad = torch.zeros(B, dtype=torch.bool, device=dev)                       # rows whose logits were NaN or +inf
     rows = torch.arange(B, device=dev)                                       # (b,) the rows of B the model's batch holds
     for t in range(max_new_tokens):
@@ -176,9 +222,13 @@ def generate(model,  # a causal LM (e.g. `tiny_llama` or `load_model`)
         if not bool(ok.all()):                                               # sampling stays valid; refused below
             bad |= ~ok
             logits = torch.where(ok[:, None], logits, torch.zeros_like(logits))
-        tok = logits.argmax(-1) if greedy else _sample(logits, temperature, top_p, gen)
+        keep = keep_mask(torch.softmax(logits / temperature if temperature != 1.0 else logits, -1), top_k, top_p, min_p) if truncate else None
+        tok = logits.argmax(-1) if greedy else _sample(logits, temperature, gen, keep)
         lp = _token_logp(logits, tok, temperature)                          # (B,) as `logprobs_from_logits` computes it
         live = ~done
+        if truncate:                                                         # log p(y | support): renormalised on what could be drawn
+            sup = _support_ids(keep); lp = lp - support_logmass(logits, sup, temperature)
+            sups.append(torch.where(live[:, None], sup, torch.full_like(sup, -1)))
         tok = torch.where(live, tok, torch.full_like(tok, pad))
         toks.append(tok); logps.append(torch.where(live, lp, torch.zeros_like(lp))); masks.append(live)
         done = done | torch.isin(tok, eos)
@@ -200,7 +250,8 @@ def generate(model,  # a causal LM (e.g. `tiny_llama` or `load_model`)
     text = _decode(tokenizer, resp, rmask.sum(-1) - done.long())            # the text stops before the EOS
     return Rollout(input_ids=input_ids, attention_mask=attention_mask, response_mask=rmask,
                    old_logp=torch.stack(logps, 1), truncated=~done, response_text=text, prompt_len=P,
-                   group_size=group_size, prompts=list(prompts), temperature=float(temperature), pad_token_id=int(pad))
+                   group_size=group_size, prompts=list(prompts), temperature=float(temperature), pad_token_id=int(pad),
+                   support=_stack_support(sups) if truncate else None)
 
 # %% ../nbs/25_rollout.ipynb #ff2b1c85
 LOGPROB_PATHS = ("auto", "hidden", "logits")  # `response_logprobs(path=...)`: auto = from the hidden states on a GPU, from the logits on a CPU
@@ -255,7 +306,7 @@ def response_logprobs(model,  # a causal LM (gradients flow unless called under 
     ids, att = rollout.input_ids, rollout.attention_mask
     pos = position_ids_from_mask(att)
     # the last token predicts nothing we need; the last T positions of the rest predict the T response tokens
-    head = _use_hidden(model, path)
+    head = None if rollout.support is not None else _use_hidden(model, path)   # a truncated sampler: the logits path renormalises on its support
     with (_head_off(model, head) if head is not None else contextlib.nullcontext()):
         if share_prompt: logits = _shared_prompt_logits(model, ids, att, pos, P, T)
         else: logits = model(input_ids=ids[:, :-1], attention_mask=att[:, :-1], position_ids=pos[:, :-1],
@@ -267,6 +318,9 @@ def response_logprobs(model,  # a causal LM (gradients flow unless called under 
             out = logprobs_from_hidden(logits, head.weight, labels, bias=head.bias, temperature=temperature, with_entropy=with_entropy)
         elif with_entropy: out = logprobs_and_entropy(logits, labels, temperature=temperature)
         else: out = logprobs_from_logits(logits, labels, temperature=temperature)
+        if rollout.support is not None:   # log pi(y | S): the ratio against the sampler's renormalised log-prob, on the same support
+            norm = support_logmass(logits, rollout.support, temperature)
+            out = (out[0] - norm, out[1]) if with_entropy else out - norm
         if with_entropy: return out[0].masked_fill(~m, 0.0), out[1].masked_fill(~m, 0.0)
         return out.masked_fill(~m, 0.0)
     except ValueError:
@@ -275,6 +329,11 @@ def response_logprobs(model,  # a causal LM (gradients flow unless called under 
         raise
 
 # %% ../nbs/25_rollout.ipynb #aa42df81
+def _cat_support(sups:list, T:int) -> torch.Tensor:
+    "(B_i, T_i, K_i) supports -> (sum B_i, T, max K_i), padded with -1."
+    K = max(s.shape[2] for s in sups)
+    return torch.cat([torch.nn.functional.pad(s, (0, K - s.shape[2], 0, 0 if s.dim() < 3 else T - s.shape[1]), value=-1) for s in sups])
+
 def cat_rollouts(rollouts:list[Rollout],  # rollouts with the same group size and temperature
                  pad_token_id:int|None=None,  # id used for the new padding; default: the first rollout's
                 ) -> Rollout:
@@ -284,6 +343,7 @@ def cat_rollouts(rollouts:list[Rollout],  # rollouts with the same group size an
     if pad_token_id is None: pad_token_id = rollouts[0].pad_token_id
     if len({r.group_size for r in rollouts}) != 1: raise ValueError(f"`rollouts` have different group sizes {[r.group_size for r in rollouts]}")
     if len({r.temperature for r in rollouts}) != 1: raise ValueError(f"`rollouts` have different temperatures {[r.temperature for r in rollouts]}")
+    if len({r.support is None for r in rollouts}) != 1: raise ValueError("`rollouts` mix truncated (top-k / top-p / min-p) and full-vocabulary sampling")
     P = max(r.prompt_len for r in rollouts); T = max(r.response_mask.shape[1] for r in rollouts)
     def pad2(x, left, right, value):
         return torch.nn.functional.pad(x, (left, right), value=value)
@@ -296,7 +356,8 @@ def cat_rollouts(rollouts:list[Rollout],  # rollouts with the same group size an
                    old_logp=torch.cat(lp), truncated=torch.cat([r.truncated for r in rollouts]),
                    response_text=sum((r.response_text for r in rollouts), []), prompt_len=P,
                    group_size=rollouts[0].group_size, prompts=sum((r.prompts for r in rollouts), []),
-                   temperature=rollouts[0].temperature, pad_token_id=pad_token_id)
+                   temperature=rollouts[0].temperature, pad_token_id=pad_token_id, support=None if rollouts[0].support is None else
+                   _cat_support([r.support for r in rollouts], T))
 
 # %% ../nbs/25_rollout.ipynb #a7d7b5ae
 def _max_new_tokens(task, max_new_tokens:int|None) -> int:

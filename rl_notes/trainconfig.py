@@ -252,7 +252,8 @@ KEY_LATE = {"logprob_path": "auto", "lr_scheduler_type": "constant", "warmup_rat
             "algo.vespo_k_neg": 3.0, "algo.vespo_lambda_neg": 2.0,
             "algo.gate": None, "algo.gate_low": None, "algo.gate_high": None, "teacher": None, "distill_coef": 1.0,
             "algo.entropy_coef": 0.0, "algo.use_adaptive_entropy": False, "algo.entropy_coef_min": 0.0, "algo.entropy_coef_max": 1.0,
-            "algo.entropy_coef_delta": 0.005, "algo.entropy_target": 0.2, "algo.flash_delta": 3e-3, "doctor_every": None, "doctor_stop": False, "mixed_precision": None}
+            "algo.entropy_coef_delta": 0.005, "algo.entropy_target": 0.2, "algo.flash_delta": 3e-3, "doctor_every": None, "doctor_stop": False, "mixed_precision": None,
+            "top_p": 1.0, "top_k": 0, "min_p": 0.0}
 _ABSENT = object()
 
 def _dotted(d:dict, k:str):
@@ -289,6 +290,9 @@ class TrainConfig:
     group_size: int = _f(8, ge=1, help="responses per prompt (G)")
     max_new_tokens: int = _f(16, ge=1, help="response budget; longer responses are truncated")
     temperature: float = _f(1.0, gt=0, help="sampling temperature (also used in the training log-probs)")
+    top_p: float = _f(1.0, gt=0, le=1, help="sample from the smallest set of most likely tokens whose mass reaches top_p; the sampler's and the learner's log-probs are renormalised on that support (1.0: off)")
+    top_k: int = _f(0, ge=0, help="sample from the top_k most likely tokens, log-probs renormalised on them (0: off)")
+    min_p: float = _f(0.0, ge=0, lt=1, help="sample from the tokens with at least min_p x the largest probability, log-probs renormalised on them (0.0: off)")
     sampler_dtype: str|None = _f(None, choices=("bfloat16", "float16"), help="sample with a copy of the policy in this dtype (an inference engine's precision); None: the policy itself")
     sampler_lag: int = _f(0, ge=0, help="sample with the policy's weights of this many RL steps ago (an asynchronous pipeline); 0: the current ones")
     sampler_temperature: float|None = _f(None, gt=0, help="sample at this temperature while the learner's log-probs use `temperature` (a setting the learner does not know); None: the same")

@@ -250,3 +250,17 @@ def test_trl_cli_yaml_keys(micro_sft, tmp_path, capsys):
                        (["--config", str(tmp_path / "cli.yaml"), "--config", str(tmp_path / "cli.yaml")], "more than once")):
         assert main(["train", "--model", micro_sft, *args]) == 2
         assert says in capsys.readouterr().err
+
+
+def test_top_p_trains(micro_sft, tmp_path, capsys):
+    "--top-p 0.9 (TRL's option, GRPOConfig's spelling) trains: sampled on the nucleus, the ratio renormalised on it."
+    from rl_notes.cli import main
+    code = main(["train", "--model", micro_sft, "--top-p", "0.9", "--top-k", "8", "--task-arg", "max_digits=2", "--task-arg", "scratchpad=false",
+                 "--n-prompts", "2", "--group-size", "4", "--max-new-tokens", "4", "--n-eval", "0", "--n-train", "100", "--steps", "2", "--quiet",
+                 "--out", str(tmp_path / "run")])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    cfg = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert (cfg["top_p"], cfg["top_k"], cfg["min_p"]) == (0.9, 8, 0.0)
+    rows = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert all(abs(r["ratio_mean"] - 1) < 1e-5 for r in rows if "ratio_mean" in r)

@@ -212,3 +212,15 @@ def test_foreach_adamw_is_bit_identical(micro, tmp_path):
 def test_terminal_rewards():
     m = torch.tensor([[1, 1, 0], [0, 0, 0], [1, 1, 1]])
     assert terminal_rewards(torch.tensor([1., 5., 2.]), m).tolist() == [[0, 1, 0], [0, 0, 0], [0, 0, 2]]
+
+
+def test_truncated_sampling_ratio_is_one_on_policy(micro_sft, tmp_path):
+    "top-p / top-k / min-p: the learner renormalises on the sampler's support, so the first update's ratio is 1 (the naive one is Z < 1)."
+    from rl_notes.trainconfig import TrainConfig, get_algo
+    from rl_notes.trainer import train
+    for kw in (dict(top_p=0.8), dict(top_k=3), dict(top_k=5, top_p=0.9, min_p=0.05)):
+        cfg = TrainConfig(model=micro_sft, algo=get_algo("grpo", beta=0.0), task="addition", task_kw=dict(max_digits=2, scratchpad=False),
+                          steps=2, n_prompts=4, group_size=4, max_new_tokens=4, n_eval=0, n_train=200, progress=False, threads=1,
+                          out_dir=str(tmp_path / "_".join(map(str, kw.values()))), **kw)
+        rows = [r for r in train(cfg) if r.get("ratio_mean") is not None]
+        assert len(rows) == 2 and all(abs(r["ratio_mean"] - 1) < 1e-5 for r in rows), (kw, [r["ratio_mean"] for r in rows])
