@@ -325,6 +325,7 @@ VERDICT_META = {
        for k in ("OS2-starts", "OS4-starts", "OS6-starts", "IPO-stale-starts")},
     "D3-starts": VerdictMeta("pre-registered; pilot seeds included", +1, "D3 across starts", "starts", sesoi=0.01),
     "D1-shift-starts": VerdictMeta("pre-registered; pilot seeds included", +1, "D1-shift across starts", "starts", sesoi=0.03),
+    "TP1-starts": VerdictMeta("pre-registered", +1, "TP1 across starts", "starts", sesoi=0.02),
     **{k: VerdictMeta("pre-registered", +1, "on-policy distillation vs SFT on the teacher's samples and vs GRPO (D3)") for k in ("Distill-vs-SFT", "Distill-vs-RL")},
 }
 

@@ -253,7 +253,7 @@ KEY_LATE = {"logprob_path": "auto", "lr_scheduler_type": "constant", "warmup_rat
             "algo.gate": None, "algo.gate_low": None, "algo.gate_high": None, "teacher": None, "distill_coef": 1.0,
             "algo.entropy_coef": 0.0, "algo.use_adaptive_entropy": False, "algo.entropy_coef_min": 0.0, "algo.entropy_coef_max": 1.0,
             "algo.entropy_coef_delta": 0.005, "algo.entropy_target": 0.2, "algo.flash_delta": 3e-3, "doctor_every": None, "doctor_stop": False, "mixed_precision": None,
-            "top_p": 1.0, "top_k": 0, "min_p": 0.0}
+            "top_p": 1.0, "top_k": 0, "min_p": 0.0, "renormalise_support": True}
 _ABSENT = object()
 
 def _dotted(d:dict, k:str):
@@ -293,6 +293,7 @@ class TrainConfig:
     top_p: float = _f(1.0, gt=0, le=1, help="sample from the smallest set of most likely tokens whose mass reaches top_p; the sampler's and the learner's log-probs are renormalised on that support (1.0: off)")
     top_k: int = _f(0, ge=0, help="sample from the top_k most likely tokens, log-probs renormalised on them (0: off)")
     min_p: float = _f(0.0, ge=0, lt=1, help="sample from the tokens with at least min_p x the largest probability, log-probs renormalised on them (0.0: off)")
+    renormalise_support: bool = _f(True, help="with top_p / top_k / min_p, the learner's log-probs renormalised on the sampler's support; False: its full-vocabulary log-probs against the sampler's renormalised ones (the naive ratio of a trainer that takes an inference engine's truncated log-probs; for comparison)")
     sampler_dtype: str|None = _f(None, choices=("bfloat16", "float16"), help="sample with a copy of the policy in this dtype (an inference engine's precision); None: the policy itself")
     sampler_lag: int = _f(0, ge=0, help="sample with the policy's weights of this many RL steps ago (an asynchronous pipeline); 0: the current ones")
     sampler_temperature: float|None = _f(None, gt=0, help="sample at this temperature while the learner's log-probs use `temperature` (a setting the learner does not know); None: the same")

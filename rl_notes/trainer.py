@@ -376,6 +376,7 @@ def collect(run:Run, step:int, mt:Meter) -> Batch:
         with _sampling(run): ro = generate(run.sampler.model(run.gen_model), run.tok, [e["prompt"] for e in exs], group_size=G, max_new_tokens=cfg.max_new_tokens,
                       temperature=run.sampler.temperature, seed=_mix(cfg.seed, step, rnd, run.rank if cfg.shard_rollouts else 0), compact=cfg.compact_generation,
                       top_p=cfg.top_p, top_k=cfg.top_k, min_p=cfg.min_p)   # truncated: the rollout carries its support, the learner renormalises on it
+        if not cfg.renormalise_support: ro = dataclasses.replace(ro, support=None)   # the naive ratio, for comparison
         t1 = time.time()
         sc = run.rewards.score(exs, ro.response_text, G)    # reward (B,), per function (B,) each, parsed (B,) or None; on the CPU
         reward, parsed = sc["reward"], sc["parsed"]
