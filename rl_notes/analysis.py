@@ -4,7 +4,7 @@
 
 # %% ../nbs/40_analysis.ipynb #4be76d1d
 from __future__ import annotations
-import json, math, re, sys
+import json, math, os, platform, re, sys
 from pathlib import Path
 from typing import NamedTuple
 import numpy as np
@@ -537,7 +537,6 @@ def plan_starts(pilot,  # a pilot's paired differences, (K0 >= 2 starts, m0 >= 2
 # %% ../nbs/40_analysis.ipynb #253dcafa
 def _machine() -> dict:
     "Where a verdict was computed: CPU, cores, Python, numpy and (when loaded) torch versions and threads."
-    import os, platform
     cpu = platform.processor() or platform.machine()
     if os.path.exists("/proc/cpuinfo"):
         cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), cpu)

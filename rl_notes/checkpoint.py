@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from safetensors.torch import save_file, load_file, save_model, load_model as st_load_model
-from .configs import _field_error
+from .configs import _field_error, unlink_link
 
 # %% auto #0
 __all__ = ['CKPT_VERSION', 'CheckpointError', 'file_sha256', 'seal_dir', 'write_json_atomic', 'read_json', 'bad_files',
@@ -105,9 +105,9 @@ def recover_dir(path,  # the directory `X` a reader is about to use
                ) -> bool:
     "If `X` is missing but a complete `X.tmp` (newer) or `X.old` exists (a kill between the swap's renames), rename it back. Is `X` there now?"
     p, tmp, old = _siblings(path)
-    if p.exists(): return True
+    if p.exists() and not p.is_symlink(): return True
     for cand in (tmp, old):
-        if cand.is_dir() and complete_dir(cand, state_name):
+        if not cand.is_symlink() and cand.is_dir() and complete_dir(cand, state_name):   # a link is never taken for the run's own
             try: os.replace(cand, p)
             except OSError:                          # another process of the run recovered it first
                 if p.exists(): return True
@@ -117,22 +117,28 @@ def recover_dir(path,  # the directory `X` a reader is about to use
             return True
     return False
 
+def _remove(p:Path):
+    "Remove a directory, a file, or a link (the link itself: its target is never touched)."
+    if p.is_symlink() or p.is_file(): p.unlink()
+    elif p.is_dir(): shutil.rmtree(p)
+
 def begin_dir(path, state_name:str="state.json") -> Path:
-    "Start writing directory `X`: recover it if needed, then return an empty `X.tmp` to fill."
-    p, tmp, _ = _siblings(path)
+    "Start writing directory `X`: recover it if needed, then return an empty `X.tmp` to fill (a link at X, X.tmp or X.old is removed, not followed)."
+    p, tmp, old = _siblings(path)
+    for q in (p, tmp, old): unlink_link(q)
     recover_dir(p, state_name)
-    if tmp.exists(): shutil.rmtree(tmp)
+    if tmp.exists(): _remove(tmp)
     tmp.mkdir(parents=True)
     return tmp
 
 def commit_dir(path) -> Path:
     "Swap the sealed `X.tmp` in: `X -> X.old`, `X.tmp -> X`, remove `X.old`."
     p, tmp, old = _siblings(path)
-    if old.exists(): shutil.rmtree(old)        # a leftover of an earlier swap; `X` itself is complete
-    if p.exists(): os.replace(p, old)
+    if old.exists() or old.is_symlink(): _remove(old)   # a leftover of an earlier swap; `X` itself is complete
+    if p.exists() or p.is_symlink(): os.replace(p, old)
     os.replace(tmp, p)
     _fsync_dir(p.parent)
-    if old.exists(): shutil.rmtree(old)
+    if old.exists() or old.is_symlink(): _remove(old)
     return p
 
 # %% ../nbs/26_checkpoint.ipynb #d99610be

@@ -4,7 +4,7 @@
 
 # %% ../nbs/43_cli.ipynb #eb1d7f78
 from __future__ import annotations
-import argparse, dataclasses, functools, json, os, platform, stat, sys, yaml, time, traceback, typing, warnings
+import argparse, dataclasses, functools, json, os, platform, re, signal, stat, sys, yaml, time, traceback, typing, warnings
 from pathlib import Path
 from typing import NamedTuple
 from .trainconfig import PRESETS, PRESET_TRAIN, Algo, TrainConfig, SFTConfig  # the settings: they import no torch (a test checks)
@@ -491,17 +491,23 @@ def _log(a, e:BaseException, argv:list) -> str|None:
         f = cache_dir("logs", time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}.txt")
     try:
         f.parent.mkdir(parents=True, exist_ok=True)
-        with open(f, "a") as fh:
+        from rl_notes.configs import open_append  # light (the standard library only)
+        with open_append(f) as fh:   # a link at the run's log.txt is removed, never followed
             fh.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} rl_notes {' '.join(argv)}\n" + "".join(traceback.format_exception(e)))
         return str(f)
     except OSError: return None
+
+def _stop_signal(e:BaseException) -> tuple[str, int]:
+    "(what stopped the run, the exit status): the trainer's 'stopped by SIGTERM after step N' says which signal (status 128 + its number), else Ctrl-C (130)."
+    m = re.match(r"stopped by (SIG[A-Z]+) ", str(e))
+    return (m.group(1), 128 + int(getattr(signal, m.group(1)))) if m and hasattr(signal, m.group(1)) else ("Ctrl-C", 130)
 
 def _failure(a, e:BaseException, argv:list, status:int) -> int:
     "The last catch: one `rl_notes: error:` line (the cause, where: the step and the code, what is kept), the traceback in the log."
     if getattr(e, "silent", False): return status   # `rl_notes.trainer.PeerFailed`: another process of the run reports it
     first = (str(e).strip().splitlines() or [""])[0]
     expected = isinstance(e, (ValueError, FileNotFoundError))   # errors written for the user: their message says what and where
-    cause = ("interrupted (Ctrl-C)" if isinstance(e, KeyboardInterrupt) else first if expected or isinstance(e, OSError)
+    cause = (f"interrupted ({_stop_signal(e)[0]})" if isinstance(e, KeyboardInterrupt) else first if expected or isinstance(e, OSError)
              else f"{type(e).__name__}: {first}")
     step, d = _step_of(e), _run_dir(a)
     where = f" (at step {step})" if step is not None and "step" not in cause else ""
@@ -604,7 +610,7 @@ def main(argv:list[str]|None=None) -> int:
     except (ValueError, FileNotFoundError) as e:   # ValueError covers ConfigError, CheckpointError, TrainingDiverged
         return _together(e, _failure(a, e, argv, 2))
     except (Exception, KeyboardInterrupt) as e:    # anything else: still one line, the traceback in the run's log
-        return _together(e, _failure(a, e, argv, 130 if isinstance(e, KeyboardInterrupt) else 1))
+        return _together(e, _failure(a, e, argv, _stop_signal(e)[1] if isinstance(e, KeyboardInterrupt) else 1))
 
 # %% ../nbs/43_cli.ipynb #dd8df18a
 def _check_model_arg(model:str|None):

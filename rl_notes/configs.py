@@ -4,11 +4,12 @@
 
 # %% ../nbs/20_configs.ipynb #b16fe79d
 from __future__ import annotations
-import re, math, types, typing, warnings, functools, dataclasses
+import os, re, math, types, typing, warnings, functools, dataclasses
+from pathlib import Path
 
 # %% auto #0
 __all__ = ['TRL_NAMES', 'TRL_LOSSES', 'TRL_OTHER', 'GRPO_DEFAULTS', 'ConfigError', 'validate_config', 'TrlName', 'from_trl',
-           'TrlOther', 'trl_config_options', 'trl_batch']
+           'TrlOther', 'trl_config_options', 'trl_batch', 'unlink_link', 'open_append']
 
 # %% ../nbs/20_configs.ipynb #4b04b03e
 class ConfigError(ValueError):
@@ -400,3 +401,18 @@ def trl_batch(num_generations:int=8,  # G (TRL's default 8)
                                 "an rl_notes optimizer step never spans two generation batches")
     return dict(n_prompts=gen // G, n_minibatches=S // A, micro_batch_size=P, ppo_epochs=num_iterations,
                 completions=gen, updates=S // A * num_iterations)
+
+# %% ../nbs/20_configs.ipynb #c9df20dec
+def unlink_link(path) -> bool:
+    "Remove `path` when it is a symbolic link (a warning names its target) and say so; the target is never touched."
+    p = Path(path)
+    if not p.is_symlink(): return False
+    warnings.warn(f"{p} was a link (to {os.readlink(p)!r}): removed, not followed; the run writes its own file there")
+    p.unlink()
+    return True
+
+def open_append(path, encoding:str|None="utf-8"):
+    "`open(path, 'a')` that never follows a link at `path` (a link there is removed first; `O_NOFOLLOW` closes the race)."
+    unlink_link(path)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    return os.fdopen(fd, "a", encoding=encoding) if encoding else os.fdopen(fd, "ab")

@@ -605,6 +605,12 @@ def main(argv:list[str]|None=None) -> int:
 if __name__ == "__main__" and "__file__" in globals(): sys.exit(main())  # not when a notebook runs this cell
 
 # %% ../nbs/42_doctor.ipynb #a7c1d031
+def _append_own(path):
+    "Open the doctor's findings file for appending without following a link (one planted there is removed first)."
+    p = Path(path)
+    if p.is_symlink(): p.unlink()
+    return os.fdopen(os.open(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644), "a", encoding="utf-8")
+
 class LiveDoctor:
     "The doctor on a run that is still training: `check(rows, step)` diagnoses its metric rows, reports each new finding once and says whether to stop."
     def __init__(self, out:str|Path,  # append findings here (JSON lines)
@@ -629,7 +635,7 @@ class LiveDoctor:
             if not main: continue
             print(f"rl_notes doctor, step {step}: [{f.status}, {f.confidence}] {f.title}: {f.evidence}")
             self.out.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.out, "a", encoding="utf-8") as fh: fh.write(json.dumps({"step": step, **asdict(f)}, default=float) + "\n")
+            with _append_own(self.out) as fh: fh.write(json.dumps({"step": step, **asdict(f)}, default=float) + "\n")
         halt = self.stop and any(f.status == "present" and (self.keys is None or f.key in self.keys) for f in new)
         if halt and main: print(f"rl_notes doctor: stopping the run at step {step}")
         return halt

@@ -17,6 +17,7 @@ from .checkpoint import CheckpointError, read_json, write_json_atomic
 from .rundir import RunDir
 from .fingerprint import behaviour_key
 from .cache import cache_dir, content_sha256
+from .configs import open_append
 
 # %% auto #0
 __all__ = ['LAB_LOCK', 'LAB_BUSY', 'SFT_STATE', 'designs', 'start_hash', 'run_starts', 'lab_code', 'lab_key', 'lab_done',
@@ -106,7 +107,7 @@ def lab_job(path:str,  # a job.json written by `lab_runs`: {"cfg": TrainConfig d
 
 # %% ../nbs/37_lab.ipynb #da49dd81
 def _spawn(out:Path):
-    rd = RunDir(out); log = open(rd.log_file, "a")
+    rd = RunDir(out); log = open_append(rd.log_file)
     cmd = [sys.executable, "-c", "import sys; from rl_notes.lab import lab_job; sys.exit(lab_job(sys.argv[1]))", str(rd.job_file)]
     return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), log
 

@@ -6,6 +6,7 @@
 from __future__ import annotations
 import os, json, math, time, shutil, socket, fnmatch, warnings, importlib.metadata
 from pathlib import Path
+from .configs import unlink_link
 from .checkpoint import (CheckpointError, _fsync_dir, recover_dir, complete_dir, begin_dir, seal_dir, commit_dir, read_json,
                                  write_json_atomic, read_state, save_checkpoint, load_checkpoint, weights_file)
 
@@ -25,7 +26,8 @@ def _json_line(row:dict) -> bytes: return (json.dumps(strict_row(row), allow_nan
 
 def _append_bytes(path:Path, data:bytes, what:str):
     "Append `data` and fsync; a failed write (a full disk) is cut back to the old size, so the file keeps only whole lines."
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    unlink_link(path)                                            # a link at the run's file is removed, never followed
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
     try:
         size = os.fstat(fd).st_size
         try:
@@ -304,6 +306,9 @@ class RunDir:
         d.mkdir(parents=True, exist_ok=True)
         claim_dir(d)                                                           # a model, a dataset, a user's files: refused
         if mode == "resume":
+            if self.ckpt.is_symlink():   # never read through a link: it is not the run's checkpoint
+                raise CheckpointError(f"resume=True but {str(self.ckpt)!r} is a link (to {os.readlink(self.ckpt)!r}), not this run's checkpoint; "
+                                      "nothing was read or changed: remove the link, or pass overwrite=True (--overwrite) to start over")
             if not self.has_checkpoint() and self.metrics.read():
                 raise CheckpointError(f"resume=True but {str(self.ckpt)!r} holds no checkpoint (none to recover either) while "
                                       f"{str(self.metrics.path)!r} has rows; refusing to restart silently: pass overwrite=True "

@@ -627,26 +627,31 @@ def value_pretrain_step(run:Run, k:int, mt:Meter):
     mt.put("explained_var", _explained_var(run, [values.detach()], [m["returns"]], [batch.mask]))
 
 # %% ../nbs/33_trainer.ipynb #25038230
+_STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")   # Ctrl-C, a job scheduler's stop, a closed terminal: each stops after the step
+
 class StopRequest:
-    "`with StopRequest(on) as stop:` the first Ctrl-C (SIGINT) sets `stop.asked`, so the loop ends after its step with a checkpoint; a second one interrupts at once."
-    def __init__(self, on:bool=True): self.on, self.asked, self.old = on, False, None   # on: one process, in the main thread
+    "`with StopRequest(on) as stop:` the first Ctrl-C (SIGINT), SIGTERM or SIGHUP sets `stop.asked`, so the loop ends after its step with a checkpoint; a second one interrupts at once."
+    def __init__(self, on:bool=True): self.on, self.asked, self.old, self.why = on, False, {}, None   # on: one process, in the main thread
     def _handle(self, sig, frame):
         if self.asked: raise KeyboardInterrupt
-        self.asked = True
-        print("rl_notes: Ctrl-C: stopping after this step, with a checkpoint (Ctrl-C again stops at once)", file=sys.stderr)
+        self.asked, self.why = True, "Ctrl-C" if sig == signal.SIGINT else signal.Signals(sig).name
+        print(f"rl_notes: {self.why}: stopping after this step, with a checkpoint ({self.why} again stops at once)", file=sys.stderr)
     def __enter__(self):
-        if self.on and threading.current_thread() is threading.main_thread(): self.old = signal.signal(signal.SIGINT, self._handle)
+        if self.on and threading.current_thread() is threading.main_thread():
+            for n in _STOP_SIGNALS:
+                if hasattr(signal, n): self.old[n] = signal.signal(getattr(signal, n), self._handle)
         return self
     def __exit__(self, *exc):
-        if self.old is not None: signal.signal(signal.SIGINT, self.old); self.old = None
+        for n, h in self.old.items(): signal.signal(getattr(signal, n), h)
+        self.old = {}
 
 def _stop(run:Run, step:int, why:str="Ctrl-C"):
-    "After the step a Ctrl-C (or the doctor: `why`) asked to stop at: its checkpoint (unless just written), then, for a Ctrl-C, `KeyboardInterrupt`."
+    "After the step a Ctrl-C, SIGTERM or SIGHUP (or the doctor: `why`) asked to stop at: its checkpoint (unless just written), then, for a signal, `KeyboardInterrupt`."
     if run.saved != step:
         models = [m for m in (run.policy, run.critic) if m is not None]
         if all(bool(torch.isfinite(p).all()) for m in models for p in m.parameters()):
             run.dir.save(step, run.cfg, run.acc, run.policy, run.opt, run.critic, run.copt, **_ckpt_extras(run)); run.saved = step
-    if why == "Ctrl-C": raise KeyboardInterrupt(f"stopped by Ctrl-C after step {step}")
+    if why != "doctor": raise KeyboardInterrupt(f"stopped by {why} after step {step}")
 
 # %% ../nbs/33_trainer.ipynb #659114af
 @contextlib.contextmanager
@@ -697,7 +702,7 @@ def train(cfg:TrainConfig,  # the run
                 log_row(run, {**row, "time_step": time.time() - t0})
                 bar.set_postfix({k: f"{row[k]:.2f}" for k in ("acc", "resp_len", "heldout_acc") if row.get(k) is not None})
                 checkpoint(run, step)
-                if stop.asked: _stop(run, step)
+                if stop.asked: _stop(run, step, stop.why)
                 if doctor is not None and doctor(run.rows, step, run.main): _stop(run, step, "doctor"); break   # a present finding (`doctor_stop`)
                 if cfg.stop_at is not None and step >= cfg.stop_at: break
         return TrainResult(run.rows, cfg.out_dir)

@@ -22,6 +22,14 @@ def exits(prompts, completions, **kw): sys.exit(3)
 def one_row(prompts, completions, answer, **kw): return [1 / (int(a) % 2) for a in answer]   # fails on even answers
 def huge(prompts, completions, **kw): return [3e38] * len(prompts)
 def ctrl_c(prompts, completions, **kw): raise KeyboardInterrupt
+def sigterm(prompts, completions, **kw):
+    import os, signal
+    if not os.path.exists(__file__ + ".term"): open(__file__ + ".term", "w").close(); os.kill(os.getpid(), signal.SIGTERM)   # a scheduler's stop during step 1
+    return [0.0] * len(prompts)
+def sighup(prompts, completions, **kw):
+    import os, signal
+    if not os.path.exists(__file__ + ".hup"): open(__file__ + ".hup", "w").close(); os.kill(os.getpid(), signal.SIGHUP)
+    return [0.0] * len(prompts)
 def sigint(prompts, completions, **kw):
     import os, signal
     if not os.path.exists(__file__ + ".sent"): open(__file__ + ".sent", "w").close(); os.kill(os.getpid(), signal.SIGINT)   # Ctrl-C during step 1
@@ -61,7 +69,7 @@ def one_line(capsys, status, want, *msgs) -> str:
     "The run's stderr is one `rl_notes: error:` line holding each of `msgs`, and the exit status is `want`."
     err = capsys.readouterr().err
     lines = [l for l in err.splitlines() if l.strip() and not l.lstrip().startswith(("warnings.warn", "/"))]   # warnings print their source line
-    lines = [l for l in lines if "Warning" not in l and not l.startswith("rl_notes: Ctrl-C:")]   # the notice at the first Ctrl-C
+    lines = [l for l in lines if "Warning" not in l and not l.startswith(("rl_notes: Ctrl-C:", "rl_notes: SIGTERM:", "rl_notes: SIGHUP:"))]   # the notice at the first signal
     assert status == want, err
     assert len(lines) == 1 and lines[0].startswith("rl_notes: error:"), err
     for m in msgs: assert m in lines[0], lines[0]
@@ -197,6 +205,20 @@ def test_ctrl_c_stops_after_the_step_with_a_checkpoint(world, tmp_path, capsys):
     assert [json.loads(l)["step"] for l in (run / "metrics.jsonl").read_text().splitlines()] == [0, 1]
     assert main(args(world, run, "--steps", "2", "--resume", reward="sigint")) == 0           # resumes from that checkpoint
     assert [json.loads(l)["step"] for l in (run / "metrics.jsonl").read_text().splitlines()] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("sig, status", [("sigterm", 143), ("sighup", 129)])
+def test_sigterm_and_sighup_stop_as_ctrl_c_does(world, tmp_path, capsys, sig, status):
+    "A job scheduler's SIGTERM (or a closed terminal's SIGHUP) under the default --save-every 0: the step ends, a checkpoint is written, resume continues to the metrics of an uninterrupted run."
+    for f in (".term", ".hup"): (world / f"rewards.py{f}").unlink(missing_ok=True)
+    run, ref = tmp_path / "run", tmp_path / "ref"
+    one_line(capsys, main(args(world, run, "--steps", "3", reward=sig)), status, f"interrupted ({sig.upper()}) (at step 1); the last checkpoint (step 1)")
+    assert [json.loads(l)["step"] for l in (run / "metrics.jsonl").read_text().splitlines()] == [0, 1]
+    assert main(args(world, run, "--steps", "3", "--resume", reward=sig)) == 0
+    assert main(args(world, ref, "--steps", "3", reward=sig)) == 0                          # the same run, never stopped
+    capsys.readouterr()
+    strip = lambda d: [{k: v for k, v in json.loads(l).items() if not k.startswith("time")} for l in (d / "metrics.jsonl").read_text().splitlines()]
+    assert strip(run) == strip(ref)
 
 
 def test_an_unwritable_cache_root_is_one_line(world, tmp_path, capsys, monkeypatch):

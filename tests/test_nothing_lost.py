@@ -193,6 +193,41 @@ def test_a_symlink_at_model_tmp_is_never_followed(world, tmp_path, capsys):
     capsys.readouterr()
 
 
+@pytest.mark.parametrize("name", ["ckpt.tmp", "ckpt.old", "ckpt"])
+def test_a_symlink_at_a_checkpoint_name_is_never_followed(world, tmp_path, capsys, name):
+    "A link at ckpt.tmp or ckpt.old: removed (a warning names it), never followed, never wedging the run; a link at ckpt: one line, nothing read."
+    run, users = tmp_path / "run", tmp_path / "users_dir"
+    assert main(args(world, run, "--steps", "1", "--save-every", "1")) == 0
+    shutil.copytree(world / "model", users); before = digest(users)
+    if name == "ckpt": shutil.rmtree(run / "ckpt")
+    os.symlink(users, run / name)
+    if name == "ckpt":
+        capsys.readouterr()
+        one_line(capsys, main(args(world, run, "--steps", "2", "--resume", "--save-every", "1")), 2, ERR, "is a link", "nothing was read or changed")
+        assert digest(users) == before and (run / "ckpt").is_symlink(); return
+    for steps in ("2", "3"):                                            # trains on, and the next resume still works
+        assert main(args(world, run, "--steps", steps, "--resume", "--save-every", "1")) == 0
+    capsys.readouterr()
+    assert digest(users) == before and not (run / "ckpt").is_symlink()
+    assert not os.path.lexists(run / "ckpt.tmp") and not os.path.lexists(run / "ckpt.old")
+    assert [json.loads(l)["step"] for l in (run / "metrics.jsonl").read_text().splitlines()][-1] == 3
+
+
+@pytest.mark.parametrize("name", ["log.txt", "metrics.jsonl"])
+def test_a_symlink_at_an_appended_file_is_never_followed(world, tmp_path, capsys, name):
+    "A link at log.txt or metrics.jsonl: a failing resume's traceback and the new rows go to the run's own files; the link's target is untouched."
+    run, users = tmp_path / "run", tmp_path / "users.jsonl"
+    assert main(args(world, run, "--steps", "1", "--save-every", "1")) == 0
+    (tmp_path / "boom.py").write_text("def says(prompts, completions, **kw): raise RuntimeError('a reward that fails')\n")
+    shutil.copy(run / name if name == "metrics.jsonl" else world / "chat.jsonl", users); before = digest(users)
+    (run / name).unlink(missing_ok=True); os.symlink(users, run / name)
+    if name == "log.txt": assert main(args(world, run, "--steps", "2", "--resume", "--accept-changed", reward=tmp_path / "boom.py")) != 0   # logged
+    else: assert main(args(world, run, "--steps", "2", "--resume")) == 0
+    capsys.readouterr()
+    assert digest(users) == before and not (run / name).is_symlink()
+    if name == "log.txt": assert "a reward that fails" in (run / "log.txt").read_text()
+
+
 def test_resume_reexports_after_a_failed_export(world, tmp_path, capsys, monkeypatch):
     import rl_notes.trainer as tr
     from rl_notes.report import export_step
