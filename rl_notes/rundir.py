@@ -4,15 +4,15 @@
 
 # %% ../nbs/27_rundir.ipynb #51958ba4
 from __future__ import annotations
-import os, json, math, time, shutil, socket, fnmatch, warnings, importlib.metadata
+import os, re, json, math, time, shutil, socket, fnmatch, warnings, importlib.metadata
 from pathlib import Path
 from .configs import unlink_link
 from .checkpoint import (CheckpointError, _fsync_dir, recover_dir, complete_dir, begin_dir, seal_dir, commit_dir, read_json,
                                  write_json_atomic, read_state, save_checkpoint, load_checkpoint, weights_file)
 
 # %% auto #0
-__all__ = ['RUN_MARKER', 'RUN_FILES', 'RUNNER_FILES', 'RUN_MODES', 'strict_row', 'MetricsLog', 'RunLock', 'read_marker',
-           'foreign', 'run_files', 'claim_dir', 'run_mode', 'RunDir']
+__all__ = ['RUN_MARKER', 'RUN_FILES', 'RUNNER_FILES', 'EVAL_NAME', 'RUN_MODES', 'strict_row', 'MetricsLog', 'RunLock',
+           'read_marker', 'foreign', 'writes', 'run_files', 'claim_dir', 'run_mode', 'RunDir']
 
 # %% ../nbs/27_rundir.ipynb #34142ef3
 def strict_row(row:dict) -> dict:
@@ -224,12 +224,18 @@ def _holds(entry:Path, path) -> bool:
     a, b = os.path.abspath(entry), os.path.abspath(path)
     return q == e or q.startswith(e + os.sep) or b == a or b.startswith(a + os.sep)
 
+EVAL_NAME = re.compile(r"eval-[0-9a-f]{12}\.json")   # the cached evaluations a run writes (`RunDir.eval_file` of `lab_eval`'s 12-hex key)
+
+def writes(name:str) -> bool:
+    "Is `name` one this code writes into a run directory (`RUN_FILES`, or a cached evaluation)? Only those are ever deleted."
+    return name in RUN_FILES or bool(EVAL_NAME.fullmatch(name))
+
 def run_files(d,
               keep=(),  # names to leave in place
               protect=(),  # paths the new run reads (its dataset, reward files, model, critic_init): never deleted, nor what holds them
              ) -> list[str]:
     "The entries of run directory `d` that a previous run wrote (exactly the marker's names and their `.old` / `.tmp` leftovers): what overwrite deletes."
-    m = read_marker(d); names = set(m["files"] if m else RUN_FILES)
+    m = read_marker(d); names = {n for n in (m["files"] if m else RUN_FILES) if writes(n)}   # an old marker cannot widen what is deleted
     return sorted(p.name for p in Path(d).iterdir() if p.name not in keep and p.name != RUN_MARKER and not _is_lock(p.name)
                   and _base(p.name) in names and not any(_holds(p, q) for q in protect if q))
 
@@ -241,6 +247,7 @@ def _marker_names(d:Path) -> list[str]:
     for n in m["files"]:
         if n in RUN_FILES: continue
         out += sorted(p.name for p in d.iterdir() if fnmatch.fnmatchcase(p.name, n)) if any(c in n for c in "*?[") else [n]
+    out = [n for n in out if writes(n)]                 # a name or pattern of an older marker keeps only what this code writes
     return list(dict.fromkeys(out))
 
 def claim_dir(d):
@@ -324,6 +331,7 @@ class RunDir:
 
     def write_json(self, name:str, obj):
         "Write the run's own JSON file `name` atomically and add it to the marker (what overwrite may delete): an `eval-<key>.json`."
+        if not writes(name): raise ValueError(f"RunDir.write_json: {name!r} is not a name a run writes (RUN_FILES, or eval-<12 hex>.json)")
         write_json_atomic(self.path / name, obj)
         m = read_marker(self.path) or {"rl_notes": _version(), "files": list(RUN_FILES)}
         if name not in m["files"]: write_json_atomic(self.path / RUN_MARKER, {**m, "files": m["files"] + [name]})

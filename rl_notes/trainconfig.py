@@ -14,7 +14,8 @@ from .configs import validate_config, from_trl, TRL_NAMES, ConfigError
 __all__ = ['PRESETS', 'TRL_TRAIN', 'PRESET_TRAIN', 'RUN_CONTROL', 'KEY_LATE', 'CHARS', 'OFFPOLICY_FIELDS', 'LAB_DEFAULTS',
            'REAL_MODEL_PARAMS', 'PATH_FIELDS', 'Algo', 'get_algo', 'late_absent', 'TrainConfig', 'trl_config',
            'SFTConfig', 'reward_spec', 'lr_factor', 'eval_due', 'offpolicy_settings', 'sampler_differs',
-           'low_precision_stall', 'warn_low_precision', 'dir_problem', 'content_changes', 'paths_read']
+           'low_precision_stall', 'warn_low_precision', 'dir_problem', 'content_changes', 'paths_read',
+           'absolute_paths']
 
 # %% ../nbs/21_trainconfig.ipynb #2efb1170
 def _f(default, **rules):
@@ -576,3 +577,13 @@ def paths_read(cfg:TrainConfig) -> list[str]:
     rewards = [s.rpartition(":")[0] for s in cfg.reward or [] if isinstance(s, str) and s.rpartition(":")[0].endswith(".py")]
     return [p for p in (cfg.dataset, cfg.model, cfg.critic_init, cfg.teacher, *rewards) if isinstance(p, (str, os.PathLike)) and str(p)]
 
+
+def absolute_paths(cfg:TrainConfig) -> TrainConfig:
+    "`cfg` with its local paths made absolute (out_dir always; model, dataset, reward files, critic_init, teacher where they exist): what a run opens with, so nothing later depends on the current directory (a reward that calls `os.chdir` moves no file the run writes)."
+    absl = lambda p: os.path.abspath(p) if isinstance(p, (str, os.PathLike)) and str(p) and os.path.exists(p) else p
+    def rew(s):
+        rf = _reward_file(s)
+        return f"{os.path.abspath(rf[0])}:{rf[1]}" if rf and os.path.exists(rf[0]) else s
+    return dataclasses.replace(cfg, out_dir=os.path.abspath(cfg.out_dir), model=absl(cfg.model), dataset=absl(cfg.dataset),
+                               reward=[rew(s) for s in cfg.reward] if cfg.reward else cfg.reward, critic_init=absl(cfg.critic_init),
+                               teacher=absl(cfg.teacher))

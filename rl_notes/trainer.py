@@ -22,7 +22,7 @@ from .rollout import Rollout, NonFiniteLogits, generate, response_logprobs, eval
 from .rundir import RunDir, RunLock, run_mode
 from .checkpoint import CheckpointError
 from .cache import cache_dir, content_sha256
-from .trainconfig import (Algo, TrainConfig, RUN_CONTROL, PATH_FIELDS, late_absent, _dataset_label, _reward_file, content_changes, paths_read, lr_factor, eval_due,
+from .trainconfig import (Algo, TrainConfig, RUN_CONTROL, PATH_FIELDS, late_absent, absolute_paths, _dataset_label, _reward_file, content_changes, paths_read, lr_factor, eval_due,
                                   dir_problem, _check_extras, _warn_tiny_defaults, warn_low_precision)
 from .algo import Batch, make_batch, POLICY_LOSSES, Tokens, modify_tokens, estimate_advantages, micro_share, micro_parts, take, EntropyBonus, loss_logs
 from .report import Meter, Reporter, MODEL_DIR, export_model, export_step, recover_model, TrainResult, named_row
@@ -148,6 +148,9 @@ def _data(cfg:TrainConfig, task) -> tuple[list, list, RewardSet]:
         tr, te = load_dataset_splits(cfg.dataset, seed=cfg.seed, cache_dir=str(cache_dir("datasets")))   # datasets' copy under the one cache root
         name = cfg.dataset if isinstance(cfg.dataset, str) else _dataset_label(cfg.dataset)
         train_rows, test_rows, where = tr.to_list()[:cfg.n_train], te.to_list()[:cfg.n_eval], f"TrainConfig.dataset {name!r}"
+        if len(tr) > cfg.n_train:   # never silent: the cap is the lab's default, sized for its tasks
+            warnings.warn(f"{where}: training on the first {cfg.n_train} of its {len(tr)} training rows (TrainConfig.n_train, --n-train); "
+                          f"--n-train {len(tr)} uses them all")
     if cfg.reward: rewards = RewardSet(cfg.reward, cfg.reward_weights)
     else:
         rewards = task.reward_set()
@@ -293,6 +296,7 @@ def setup(cfg:TrainConfig,  # the run
           accelerator=None,  # an `accelerate.Accelerator`; default: a new one (CPU, GPU or `accelerate launch` settings)
          ) -> Run:  # use as `with setup(cfg) as run:` (the lock on out_dir is released at the end)
     "Task data, models and optimizers on the accelerator's device; out_dir locked and checked; the checkpoint loaded on resume."
+    cfg = absolute_paths(cfg)     # resolved once: a reward's os.chdir, or a run directory read from elsewhere, changes nothing
     if accelerator is None:
         from accelerate import Accelerator  # heavy: loads torch.distributed
         accelerator = Accelerator()
@@ -688,7 +692,7 @@ def train(cfg:TrainConfig,  # the run
         if run.start == 0:
             with _marked(0): _first_rows(run)
         elif run.main:
-            recover_model(m := Path(cfg.out_dir) / MODEL_DIR)            # a killed export's swap put back, a link there unlinked
+            recover_model(m := Path(run.cfg.out_dir) / MODEL_DIR)            # a killed export's swap put back, a link there unlinked
             if export_step(m) != run.start:                             # model/ missing or stale (an export that failed, a Ctrl-C)
                 with _marked(run.start): export_model(run, run.start)   # from the checkpoint just loaded
         bar = tqdm(range(run.start + 1, cfg.steps + 1), desc=run.algo.name, disable=not (cfg.progress and run.main), initial=run.start, total=cfg.steps)
@@ -705,4 +709,4 @@ def train(cfg:TrainConfig,  # the run
                 if stop.asked: _stop(run, step, stop.why)
                 if doctor is not None and doctor(run.rows, step, run.main): _stop(run, step, "doctor"); break   # a present finding (`doctor_stop`)
                 if cfg.stop_at is not None and step >= cfg.stop_at: break
-        return TrainResult(run.rows, cfg.out_dir)
+        return TrainResult(run.rows, run.cfg.out_dir)

@@ -228,6 +228,46 @@ def test_a_symlink_at_an_appended_file_is_never_followed(world, tmp_path, capsys
     if name == "log.txt": assert "a reward that fails" in (run / "log.txt").read_text()
 
 
+def test_a_reward_that_changes_directory_moves_nothing(world, tmp_path, capsys, monkeypatch):
+    "A reward that calls os.chdir: the run's files stay in its directory (paths resolved once, when the run opens), the user's files elsewhere untouched."
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "elsewhere" / "model").mkdir(parents=True); (tmp_path / "elsewhere" / "model" / "my_weights_v1.bin").write_bytes(b"mine")
+    (tmp_path / "chdir.py").write_text("import os\n"
+        f"def says(prompts, completions, **kw): os.chdir({str(tmp_path / 'elsewhere')!r}); return [0.5] * len(completions)\n")
+    before = digest(tmp_path / "elsewhere")
+    assert main(args(world, "run", "--steps", "2", reward="chdir.py")) == 0
+    capsys.readouterr()
+    assert digest(tmp_path / "elsewhere") == before and sorted(os.listdir(tmp_path / "elsewhere")) == ["model"]
+    assert [json.loads(l)["step"] for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()] == [0, 1, 2]
+    cfg = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert cfg["out_dir"] == str(tmp_path / "run") and cfg["reward"] == [f"{tmp_path / 'chdir.py'}:says"]   # recorded absolute
+
+
+def test_a_cap_on_the_users_rows_is_said(world, tmp_path, capsys):
+    "--n-train below the dataset's size trains on the first rows, with one line that says how many of how many and how to use them all."
+    import warnings
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        assert main(args(world, tmp_path / "run", "--steps", "1", "--n-train", "4")) == 0
+    capsys.readouterr()
+    said = [str(x.message) for x in w if "training on the first 4 of its" in str(x.message)]
+    assert len(said) == 1 and "--n-train" in said[0]
+
+
+@pytest.mark.parametrize("pattern", ["eval-*.json", "*"])
+def test_overwrite_ignores_an_old_markers_patterns(world, tmp_path, capsys, pattern):
+    "A marker from another version listing eval-*.json (or *): --overwrite deletes only the names this code writes, never the user's files."
+    run = tmp_path / "run"
+    assert main(args(world, run, "--steps", "1")) == 0
+    (run / "eval-final.json").write_text('{"mine": 1}'); (run / "notes.txt").write_text("mine")
+    (run / "eval-0123456789ab.json").write_text("{}")                     # a cached evaluation: the run's own
+    m = json.loads((run / ".rl_notes_run").read_text()); m["files"].append(pattern); (run / ".rl_notes_run").write_text(json.dumps(m))
+    before = digest(run / "eval-final.json", run / "notes.txt")
+    assert main(args(world, run, "--steps", "1", "--overwrite")) == 0
+    capsys.readouterr()
+    assert digest(run / "eval-final.json", run / "notes.txt") == before and not (run / "eval-0123456789ab.json").exists()
+
+
 def test_resume_reexports_after_a_failed_export(world, tmp_path, capsys, monkeypatch):
     import rl_notes.trainer as tr
     from rl_notes.report import export_step
