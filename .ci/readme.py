@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Write README.md from nbs/index.ipynb (nbdev's readme_nb) without Quarto, which nbdev_readme needs and these
 machines cannot install. Markdown cells are copied; code cells become ```python blocks followed by their text
-output; cells starting with `#| hide` are skipped. `--check` exits 1 if README.md would change. The marker `<!-- verdicts -->` becomes a table of
+output; cells starting with `#| hide` are skipped. `--check` exits 1 if README.md would change. The markers `<!-- headline -->` and `<!-- scope -->` become the table of the
+verdicts across starts (`rl_notes.analysis.headline_table` of the committed records) and its scope box; the marker `<!-- verdicts -->` becomes a table of
 the `VERDICT` lines printed in the outputs of nbs/*.ipynb (`rl_notes.analysis.verdict_table`: three states, history, Holm), and the marker `<!-- results -->` becomes rows (what | result | notebook) of
 the `RESULT what | result` lines printed there, so that no number in those tables is typed by hand."""
 import json, re, sys, pathlib
@@ -28,10 +29,13 @@ for c in nb["cells"]:
 # line's interval with the declared sign, the declared design history, Holm within each family (rl_notes.analysis: stdlib and numpy only)
 MARK = "<!-- verdicts -->"
 sys.path.insert(0, str(root))
-from rl_notes.analysis import verdict_rows, verdict_table
+from rl_notes.analysis import verdict_rows, verdict_table, verdict_records, headline_table, SCOPE
 rows = verdict_rows(root / "nbs")
 table = verdict_table(rows) if rows else "(no VERDICT lines in the notebooks' outputs)"
 out = [o.replace(MARK, table) for o in out]
+# the verdicts across starts, one row per claim, rendered from the records (nbs/verdicts/*.json), and the scope box beside them
+link = lambda nb: f"[{nb}](nbs/{nb}.ipynb)"
+out = [o.replace("<!-- headline -->", headline_table(verdict_records(root / "nbs"), link)).replace("<!-- scope -->", SCOPE) for o in out]
 # the RESULT lines, as rows of the results table where index.ipynb has the marker (right below the table's header)
 RMARK, res = "<!-- results -->", []
 for f in sorted((root / "nbs").glob("*.ipynb")):

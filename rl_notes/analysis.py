@@ -10,13 +10,13 @@ from typing import NamedTuple
 import numpy as np
 
 # %% auto #0
-__all__ = ['HISTORY', 'VERDICT_META', 'RECORDS', 'PLOT_KEYS', 'read_metrics', 'curves', 'window', 'final', 'betainc', 't_cdf',
-           't_ppf', 'mean_se', 'pm', 'Effect', 't_test', 'effect', 'paired', 't_power', 'mde_factor', 'mde', 'verdict',
-           'verdict_state', 'holm', 'Verdict', 'parse_verdict', 'verdict_lines', 'VerdictMeta', 'verdict_meta',
-           'VerdictRow', 'record_path', 'load_records', 'verdict_rows', 'state_changed', 'verdict_table',
-           'state_counts', 'seeds_needed', 'gammainc', 'chi2_cdf', 'chi2_ppf', 'sd_upper', 'StartEffect',
-           'start_effect', 'design_se', 'starts_needed', 'plan_starts', 'verdict_family', 'verdict_records', 'smooth',
-           'plot_runs', 'walls', 'rel_gain', 'd2_diffs']
+__all__ = ['HISTORY', 'VERDICT_META', 'RECORDS', 'SCOPE', 'PLOT_KEYS', 'read_metrics', 'curves', 'window', 'final', 'betainc',
+           't_cdf', 't_ppf', 'mean_se', 'pm', 'Effect', 't_test', 'effect', 'paired', 't_power', 'mde_factor', 'mde',
+           'verdict', 'verdict_state', 'holm', 'Verdict', 'parse_verdict', 'verdict_lines', 'VerdictMeta',
+           'verdict_meta', 'VerdictRow', 'record_path', 'load_records', 'verdict_rows', 'state_changed',
+           'verdict_table', 'state_counts', 'seeds_needed', 'gammainc', 'chi2_cdf', 'chi2_ppf', 'sd_upper',
+           'StartEffect', 'start_effect', 'design_se', 'starts_needed', 'plan_starts', 'verdict_family',
+           'verdict_records', 'headline_table', 'smooth', 'plot_runs', 'walls', 'rel_gain', 'd2_diffs']
 
 # %% ../nbs/40_analysis.ipynb #0a8bbbc2
 def read_metrics(run:str|Path) -> list[dict]:
@@ -398,6 +398,7 @@ def verdict_table(rows:list[VerdictRow], link=lambda nb: f"`{nb}`") -> str:
         unit = r.meta.unit if r.meta else r.v.unit
         state = f"**{r.state}**" + (f" (printed: {r.v.state})" if state_changed(r) else "")
         hist = (r.meta.history if r.meta else "not declared") + (f"; smallest effect of interest: {r.meta.why}" if r.smallest is not None else "")
+        hist += "; across starts" if r.v.unit == "starts" else "; single start"   # the scope of its interval
         p = _p(r.p) + (f" (Holm {_p(r.p_holm)}, family of {r.family_size})" if r.family_size > 1 else "")
         cells = [r.v.id, state, hist, f"{r.v.what}: {r.v.effect:+.3f} ± {r.v.se:.3f}, n {r.v.n} {unit}", f"[{r.v.lo:+.3f}, {r.v.hi:+.3f}]", p,
                  r.v.cond, link(r.nb)]
@@ -605,6 +606,27 @@ def verdict_records(nb_dir:str|Path|None=None,  # the notebooks' folder; default
                         sigma=r.v.se * math.sqrt(r.v.n), starts=[], scope="single start: every run from one SFT start (and reward model)",
                         source="printed line (3 decimals)"))
     return out
+
+# %% ../nbs/40_analysis.ipynb #2d3683cd
+SCOPE = ("**Scope.** Every verdict is about a recipe at the lab's scale: tiny Llama-style models (under a million parameters) "
+         "trained by one SFT recipe on synthetic verifiable tasks (addition, countdown), then a few dozen to a few hundred RL updates "
+         "of a fixed configuration. A state across K starts says the effect holds (or not) for *that recipe*, over independently "
+         "trained starts and RL seeds; it does not say how the effect scales with model size, data, or the number of updates, "
+         "and a mechanism that needs a large vocabulary, long responses or a learned reward model may not be exercised here. "
+         "Lines marked *single start* measure one SFT checkpoint only: their intervals hold the start fixed.")
+
+def headline_table(records:list[dict], link=lambda nb: f"`{nb}`") -> str:
+    "The verdicts across starts (records with n_starts > 1) as a markdown table, one row per claim."
+    rows = [r for r in records if r.get("n_starts", 1) > 1]
+    out = ["| claim | verdict | effect (± s.e.) | 95% CI | K starts x m seeds | tau / sigma | history | scope | notebook |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        sc = r.get("scope") or f"lab recipe: {r['cond']}"
+        cells = [f"{r['id']}: {r['claim']}", f"**{r['state']}**" + (f" (Holm p {_p(r['p_holm'])})" if r["family_size"] > 1 else f" (p {_p(r['p'])})"),
+                 f"{r['what']} {r['effect']:+.3f} ± {r['se']:.3f}", f"[{r['lo']:+.3f}, {r['hi']:+.3f}]", f"{r['n_starts']} x {r['n_seeds']}",
+                 f"{r['tau']:.3f} / {r['sigma']:.3f}", r["history"] + (f"; margin ±{r['sesoi']:g}" if r.get("sesoi") else ""), sc, link(r["notebook"])]
+        out.append("| " + " | ".join(str(c).replace("|", r"\|") for c in cells) + " |")
+    return "\n".join(out) if rows else "(no verdict across starts yet)"
 
 # %% ../nbs/40_analysis.ipynb #35ab9f72
 def smooth(y,  # a curve, one value per step
