@@ -183,7 +183,7 @@ def _add_config_options(sec:dict, cls:str, hand:set):
             flag = dict(dest=f.name, nargs="?", const=True, type=_bool, default=argparse.SUPPRESS, metavar="BOOL")
             if f.default:
                 g.add_argument("--no-" + f.name.replace("_", "-"), *ALIASES.get(f.name, ()), dest=f.name, action="store_false",
-                               default=argparse.SUPPRESS, help=f"{f.name} = False: {hlp}")
+                               default=argparse.SUPPRESS, help=f"sets {f.name} to False (default True; the field: {hlp})")
                 g.add_argument(opt, **flag, help=f"{f.name} = BOOL (default True)")
             else: g.add_argument(opt, *aliases.get(f.name, ()), **flag, help=f"{f.name} = True: {hlp} (default False)")
         else:
@@ -375,7 +375,7 @@ def _trl_train(a, W:int) -> tuple[dict, list[str]]:
     given, kw, notes = {k[5:]: v for k, v in vars(a).items() if k.startswith("trlx_")}, {}, list(getattr(a, "config_notes", []))
     ignored = []
     for k, v in given.items():
-        if k not in TRL_OTHER: continue
+        if k not in TRL_OTHER or (k == "optim" and str(v) in ("adamw_torch", "adamw_torch_fused")): continue   # torch's AdamW is what runs
         opt, off = "--" + k.replace("_", "-"), isinstance(v, str) and v.lower() in ("false", "none")   # switched off: nothing asked
         if TRL_OTHER[k].kind == "refused" and not off: raise UsageError(f"{opt} (TRL's {k}): {TRL_OTHER[k].line}")
         ignored.append(f"{opt} {v}: nothing to turn off ({TRL_OTHER[k].line})" if TRL_OTHER[k].kind == "refused" else f"{opt} {v} ({TRL_OTHER[k].line})")
@@ -437,7 +437,8 @@ def _parser(cmd:str|None=None,  # the subcommand whose options are built (those 
     _task_args(q, model="optional")
     _dataset_arg(q); _reward_option(q)
     q.add_argument("--n", type=int, default=200, help="test-split prompts (default 200)")
-    q.add_argument("--max-new-tokens", type=int, default=None, help="default: the run's, else the task's longest answer + EOS (needed with --reward)")
+    q.add_argument("--max-new-tokens", "--max-completion-length", type=int, default=None,
+                   help="default: the run's, else the task's longest answer + EOS (needed with --reward); --max-completion-length is TRL's name")
     q.add_argument("--trust-run-code", action="store_true", help="import the reward code (and a .py dataset script) the run's config.json names; "
                    "without it a run that names code is refused (name the rewards with --reward instead)")
     q.add_argument("--seed", type=int, default=0)
@@ -536,6 +537,9 @@ def _train(a) -> int:
     from rl_notes.trainer import train  # heavy: torch and transformers
     from accelerate import Accelerator  # heavy: loads torch.distributed
     _scored(a.dataset, a.reward, a.task)
+    if a.reward and a.dataset is None and a.task is None:   # never silent: a forgotten --dataset would train on the built-in prompts
+        raise UsageError("--reward without --dataset would train on the built-in task 'addition''s prompts: give --dataset FILE "
+                         "(your prompts), or --task addition to mean the built-in ones")
     W = _world()
     trl, notes = a.trl if hasattr(a, "trl") else _trl_train(a, W)
     rewards = a.reward or []                                   # (spec, weight or None); an unweighted function weighs 1
@@ -674,6 +678,9 @@ def _eval(a) -> int:
     if reward and n_new is None: raise UsageError("eval with --reward needs --max-new-tokens N (reward functions set no response length)")
     rows = load_dataset_splits(dataset, seed=a.seed)[1].to_list()[:a.n] if dataset is not None else task.dataset(a.n, a.seed, "test")
     m, tok = load_model(model)
+    pos = getattr(m.config, "max_position_embeddings", None)   # the same budget check as train: no hang, nothing scored past the positions
+    if pos is not None and n_new is not None and n_new >= pos:
+        raise UsageError(f"--max-new-tokens {n_new} leaves no room for a prompt: the model has {pos} positions (max_position_embeddings)")
     res = evaluate(m, tok, RewardSet(reward, weights) if reward else task, rows, max_new_tokens=n_new)
     if reward: res = {"reward": res.pop("accuracy"), **res}                    # the mean weighted reward, not an accuracy
     print(json.dumps({"model": model, **res})); return 0

@@ -285,8 +285,6 @@ NOT_BEHAVIOUR = {  # fields no micro run needs to set, and why
        for f in ("entropy_coef", "use_adaptive_entropy", "entropy_coef_min", "entropy_coef_max", "entropy_coef_delta", "entropy_target")},
     "flash_delta": "the admission bound of the flash_reinforce loss, which no micro run uses (`_UNRUN_PRESETS`): checked against the reference "
                    "implementation's `flashreinforce_loss` in tests/test_flash_reinforce.py; a micro run of it would change the rl key",
-    "doctor_every": "the doctor reads the metric rows already logged and reports on them; nothing it does reaches the run (tests/test_doctor2.py)",
-    "doctor_stop": "ends the run after a step, with its checkpoint, as a Ctrl-C does: the steps before are those of the same run without it (tests/test_doctor2.py)",
 }
 UNCOVERED_TASKS = {"math": "needs a local data file (`data_files`) and a chat template the micro tokenizer lacks"}
 

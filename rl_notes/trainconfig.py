@@ -221,7 +221,8 @@ def get_algo(name:str|Algo,  # a preset name (`PRESETS`) or an `Algo`, returned 
 
 # %% ../nbs/21_trainconfig.ipynb #abe3bf9a
 # fields that may change between a run and its resumption (they do not change what is computed)
-RUN_CONTROL = ("steps", "resume", "overwrite", "stop_at", "save_every", "progress", "out_dir", "threads", "accept_changed", "save_adapter", "micro_batch_size", "trim_micro_batches", "compact_generation", "share_prompt")
+RUN_CONTROL = ("steps", "resume", "overwrite", "stop_at", "save_every", "progress", "out_dir", "threads", "accept_changed", "save_adapter", "micro_batch_size", "trim_micro_batches", "compact_generation", "share_prompt",
+               "doctor_every", "doctor_stop")   # the live doctor reads the rows and may end the run: it computes nothing, so a resume may change it
 
 def _dataset_arg(v) -> str|None:
     "A `check` for `TrainConfig.dataset`: None, a path, or a `datasets.Dataset` / `DatasetDict` (anything with `column_names`)."

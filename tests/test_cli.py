@@ -264,3 +264,29 @@ def test_top_p_trains(micro_sft, tmp_path, capsys):
     assert (cfg["top_p"], cfg["top_k"], cfg["min_p"]) == (0.9, 8, 0.0)
     rows = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert all(abs(r["ratio_mean"] - 1) < 1e-5 for r in rows if "ratio_mean" in r)
+
+
+def test_eval_budget_and_trl_name(micro_sft, capsys):
+    "eval refuses a budget past the model's positions in one line (no hang), and takes TRL's --max-completion-length."
+    from rl_notes.cli import main
+    assert main(["eval", micro_sft, "--max-new-tokens", "10000000"]) == 2
+    assert "leaves no room for a prompt" in capsys.readouterr().err
+    assert main(["eval", micro_sft, "--max-completion-length", "4", "--n", "4", "--task-arg", "max_digits=2", "--task-arg", "scratchpad=false"]) == 0
+    capsys.readouterr()
+
+
+def test_reward_without_dataset_is_refused(cli_cfg, tmp_path):
+    "A forgotten --dataset would train on the built-in prompts: one line; --task addition says it is meant."
+    (tmp_path / "r.py").write_text("def f(completions, **kw): return [0.0] * len(completions)\n")
+    code, cfg, out, err = cli_cfg("--reward", f"{tmp_path / 'r.py'}:f")
+    assert code == 2 and "--reward without --dataset" in err and cfg is None
+    code, cfg, out, err = cli_cfg("--reward", f"{tmp_path / 'r.py'}:f", "--task", "addition")
+    assert code == 0 and cfg.task == "addition", err
+
+
+def test_optim_adamw_torch_is_what_runs(cli_cfg):
+    for v in ("adamw_torch", "adamw_torch_fused"):
+        code, cfg, out, err = cli_cfg("--optim", v)
+        assert code == 0 and "optim" not in out, err
+    code, cfg, out, err = cli_cfg("--optim", "adafactor")
+    assert code == 2 and "AdamW" in err

@@ -268,6 +268,15 @@ def test_overwrite_ignores_an_old_markers_patterns(world, tmp_path, capsys, patt
     assert digest(run / "eval-final.json", run / "notes.txt") == before and not (run / "eval-0123456789ab.json").exists()
 
 
+def test_a_monitoring_option_does_not_block_resume(world, tmp_path, capsys):
+    "--doctor-every (the live doctor) is run control: a resume may turn it on, off or change it."
+    run = tmp_path / "run"
+    assert main(args(world, run, "--steps", "1", "--save-every", "1", "--doctor-every", "1")) == 0
+    assert main(args(world, run, "--steps", "2", "--resume")) == 0
+    capsys.readouterr()
+    assert [json.loads(l)["step"] for l in (run / "metrics.jsonl").read_text().splitlines()] == [0, 1, 2]
+
+
 def test_resume_reexports_after_a_failed_export(world, tmp_path, capsys, monkeypatch):
     import rl_notes.trainer as tr
     from rl_notes.report import export_step
