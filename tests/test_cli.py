@@ -287,6 +287,6 @@ def test_reward_without_dataset_is_refused(cli_cfg, tmp_path):
 def test_optim_adamw_torch_is_what_runs(cli_cfg):
     for v in ("adamw_torch", "adamw_torch_fused"):
         code, cfg, out, err = cli_cfg("--optim", v)
-        assert code == 0 and "optim" not in out, err
+        assert code == 0 and "--optim" not in out, err
     code, cfg, out, err = cli_cfg("--optim", "adafactor")
     assert code == 2 and "AdamW" in err
