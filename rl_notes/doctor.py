@@ -7,7 +7,7 @@ __all__ = ['MIN_POINTS', 'T', 'ENTROPY_COLLAPSE_MECHANISM', 'SECTIONS', 'MAX_TRE
            'UNITS', 'Finding', 'theil_sen', 'mann_kendall', 'trend', 'early_jump', 'check_entropy', 'check_zero_std',
            'check_truncation', 'check_length', 'check_value_collapse', 'check_clip', 'check_kl', 'check_grad',
            'check_reward_share', 'check_loss_zero', 'check_heldout', 'check_heldout_drop', 'check_mismatch', 'Report',
-           'diagnose', 'format_report', 'run_name', 'dashboard', 'main', 'LiveDoctor', 'live_doctor', 'DoctorCallback']
+           'diagnose', 'format_report', 'run_name', 'dashboard', 'main', 'LiveDoctor', 'live_doctor']
 
 # %% ../nbs/42_doctor.ipynb #96bfb557
 import argparse, io, json, math, os, re, sys
@@ -649,22 +649,35 @@ def live_doctor(cfg) -> Callable:
     hook.doctor = ld   # its findings: hook.doctor.findings
     return hook
 
-def DoctorCallback(every:int=5,  # run the checks every this many logging steps
-                   stop:bool=False,  # end the run at the first present finding
-                   keys:set|None=None,  # only these findings stop it (None: any present one)
-                   out:str|Path|None=None,  # append findings here (JSON lines); None: output_dir/doctor_findings.jsonl
-                  ):
-    "A `transformers.TrainerCallback` that runs the doctor on the live `log_history`, reports each new finding once and can stop the run."
+def _doctor_callback_class():
+    "`DoctorCallback`, built on first use: a `transformers.TrainerCallback` subclass (transformers is imported only then)."
     from transformers import TrainerCallback  # heavy: transformers only when a live run asks for the callback
-    class _DoctorCallback(TrainerCallback):
-        def __init__(self): self.n, self.live = 0, None
-        findings = property(lambda self: self.live.findings if self.live else [])
+    class DoctorCallback(TrainerCallback):
+        "A `transformers.TrainerCallback` that runs the doctor on the live `log_history`, reports each new finding once and can stop the run."
+        def __init__(self, every:int=5,  # run the checks every this many logging steps
+                     stop:bool=False,  # end the run at the first present finding
+                     keys:set|None=None,  # only these findings stop it (None: any present one)
+                     out:str|Path|None=None,  # append findings here (JSON lines); None: output_dir/doctor_findings.jsonl
+                    ):
+            if not (isinstance(every, int) and every >= 1): raise ValueError(f"DoctorCallback: `every` must be an int >= 1, got {every!r}")
+            self.every, self.stop, self.keys, self.out, self.n, self.live = every, stop, keys, out, 0, None
+        @property
+        def findings(self): return self.live.findings if self.live else []
         def on_log(self, args, state, control, logs=None, **kw):
             self.n += 1
-            if self.n % every: return control
+            if self.n % self.every: return control
             if self.live is None:
-                self.live = LiveDoctor(Path(out) if out is not None else Path(args.output_dir) / "doctor_findings.jsonl", stop, keys, source="trl")
+                where = Path(self.out) if self.out is not None else Path(args.output_dir) / "doctor_findings.jsonl"
+                self.live = LiveDoctor(where, self.stop, self.keys, source="trl")
             rows = [r for r in state.log_history if isinstance(r, dict) and "step" in r]
             if self.live.check(rows, state.global_step, getattr(state, "is_world_process_zero", True)): control.should_training_stop = True
             return control
-    return _DoctorCallback()
+    DoctorCallback.__module__ = __name__
+    return DoctorCallback
+
+def __getattr__(name:str):
+    "`rl_notes.doctor.DoctorCallback`: the class, made (and kept) when first asked for, so importing the doctor loads no transformers."
+    if name == "DoctorCallback":
+        globals()[name] = cls = _doctor_callback_class()
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

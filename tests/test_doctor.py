@@ -422,3 +422,15 @@ def test_dashboard_title_and_axis_labels(tmp_path):
     write_jsonl(run / "metrics.jsonl", [{**row, "resp_len": 3.0} for row in _broken_rows()])
     (run / "config.json").write_text(json.dumps({"algo": {"name": "grpo"}, "lr": 0.3, "seed": 2}))
     assert dashboard(diagnose(run))._suptitle.get_text().startswith("grpo run, lr 0.3, seed 2 (01234567) (rl_notes)")
+
+
+def test_doctor_callback_is_a_trainer_callback_class():
+    "DoctorCallback is a class (a transformers.TrainerCallback subclass) that a TRL user can subclass and check; importing the doctor loads no transformers."
+    import subprocess, sys
+    code = "import sys, rl_notes.doctor; assert 'transformers' not in sys.modules; print('ok')"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "ok"
+    from transformers import TrainerCallback
+    from rl_notes.doctor import DoctorCallback
+    assert isinstance(DoctorCallback, type) and issubclass(DoctorCallback, TrainerCallback)
+    class Mine(DoctorCallback): pass
+    assert Mine(every=2).every == 2
