@@ -283,11 +283,11 @@ class VerdictMeta(NamedTuple):
 # the history tags: fixed before any run; the first design tried, with nothing before it but not recorded as fixed before its runs;
 # declared after an earlier verdict; the metric or the window changed after the first run; n counting the pilot's seeds
 HISTORY = re.compile(r"pre-registered|first design|declared after [\w./+-]+|metric changed after the first run|"
-                     r"window chosen after the first run|pilot seeds included")
+                     r"window chosen after the first run|pilot seeds included|deviated: [^;]+")
 
 _EST = "estimators vs GRPO (the 0.2 arm of D1)"
 _V1L = VerdictMeta("declared after V1", -1, "V1-long remedies vs the RM-initialised arm", share=0.5,
-                   why="a remedy must remove at least half of the RM arm's early shortening to prevent the collapse")
+                   why="a remedy must remove at least half of the RM arm's early shortening to prevent the collapse (set after the V1-long runs)")
 VERDICT_META = {
     "OS1": VerdictMeta("pre-registered", -1, "OS1: stale vs on-policy"),
     **{k: VerdictMeta("pre-registered", +1, "stale-sampler corrections vs stale") for k in ("OS2", "OS3")},
@@ -313,9 +313,11 @@ VERDICT_META = {
     "LUSPO": VerdictMeta("pre-registered", +1, "LUSPO vs GSPO"),
     **{f"{k}-confirm": VerdictMeta("pre-registered", +1, "OS4-OS6 confirmation") for k in ("OS4", "OS5", "OS6")},
     **{f"{k}-confirm": VerdictMeta("pre-registered", +1, "D2-many confirmation", "batches") for k in ("D2-many", "D2b-many")},
-    "D1-shift-confirm": VerdictMeta("pre-registered", +1, "D1-shift confirmation"),
+    "D1-shift-confirm": VerdictMeta("pre-registered; deviated: ran on an SFT start retrained on another machine, not the declared same start",
+                                    +1, "D1-shift confirmation"),
     "D5-search-confirm": VerdictMeta("pre-registered", +1, "D5-search confirmation"),
-    "V1-confirm": VerdictMeta("pre-registered", -1, "V1 confirmation"),
+    "V1-confirm": VerdictMeta("pre-registered; deviated: ran on a retrained SFT start and reward model, not the declared same ones",
+                              -1, "V1 confirmation"),
     **{k: VerdictMeta("pre-registered", +1, "IPO vs the stale-sampler corrections") for k in ("IPO-stale", "IPO-IcePop", "IPO-opsm", "IPO-coupled")},
     **{k: VerdictMeta("pre-registered", +1, "entropy target vs the D1 arms") for k in ("ET-adaptive", "ET-vs-CH", "ET-fixed")},
     "FlashREINFORCE": VerdictMeta("pre-registered", +1, "FlashREINFORCE vs GRPO (D3)"),
@@ -399,6 +401,8 @@ def verdict_table(rows:list[VerdictRow], link=lambda nb: f"`{nb}`") -> str:
         state = f"**{r.state}**" + (f" (printed: {r.v.state})" if state_changed(r) else "")
         hist = (r.meta.history if r.meta else "not declared") + (f"; smallest effect of interest: {r.meta.why}" if r.smallest is not None else "")
         hist += "; across starts" if r.v.unit == "starts" else "; single start"   # the scope of its interval
+        conf = next((c for c in rows if c.v.id == f"{r.v.id}-confirm"), None)
+        if conf is not None: hist += f"; its confirmation on new seeds, {conf.v.id}, is {conf.state}"   # the design's headline
         p = _p(r.p) + (f" (Holm {_p(r.p_holm)}, family of {r.family_size})" if r.family_size > 1 else "")
         cells = [r.v.id, state, hist, f"{r.v.what}: {r.v.effect:+.3f} ± {r.v.se:.3f}, n {r.v.n} {unit}", f"[{r.v.lo:+.3f}, {r.v.hi:+.3f}]", p,
                  r.v.cond, link(r.nb)]
