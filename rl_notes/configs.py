@@ -298,7 +298,7 @@ GRPO_DEFAULTS = {  # GRPOConfig's (TRL 1.16) defaults of its options rl_notes ha
     'torch_empty_cache_steps': (None,), 'auto_find_batch_size': (False,), 'logging_strategy': ('steps',),
     'logging_steps': (10,), 'logging_first_step': (False,), 'log_on_each_node': (True,),
     'logging_nan_inf_filter': (True,), 'include_num_input_tokens_seen': ('no',), 'log_level': ('passive',),
-    'log_level_replica': ('warning',), 'disable_tqdm': (None, False), 'run_name': (None,),
+    'log_level_replica': ('warning',), 'disable_tqdm': (None, False, True), 'run_name': (None,),
     'project': ('huggingface',), 'trackio_space_id': (None,), 'trackio_bucket_id': (None,),
     'trackio_static_space_id': (None,), 'eval_strategy': ('no',), 'eval_delay': (0,),
     'per_device_eval_batch_size': (8,), 'prediction_loss_only': (False,), 'eval_on_start': (False,),

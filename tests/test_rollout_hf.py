@@ -126,7 +126,7 @@ def _reference_rollout(model, tok, prompts, G, T, temperature, seed):
         nxt, done, toks, lps = pos[:, -1:] + 1, torch.zeros(B, dtype=torch.bool), [], []
         for t in range(T):
             z = out.logits[:, -1].float()
-            tok_ = _sample(z, temperature, 1.0, gen)
+            tok_ = _sample(z, temperature, gen)
             zt = z / temperature if temperature != 1.0 else z
             m = zt.amax(-1, keepdim=True)
             lp = zt.gather(-1, tok_[:, None]).squeeze(-1) - (m.squeeze(-1) + (zt - m).exp().sum(-1).log())

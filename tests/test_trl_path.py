@@ -144,8 +144,9 @@ def test_trl_names_and_unknown_fields():
     assert (c.algo.beta, c.algo.eps_low, c.algo.eps_high, c.algo.agg, c.algo.adv) == (0.0, 0.2, 0.2, "seq-mean-token-sum-norm", "group-mean-only")
     with pytest.raises(ValueError, match=r"unknown Algo field\(s\) \['epsilonn'\]; valid: name, adv.*also TRL's names: beta, epsilon"):
         get_algo("grpo", epsilonn=0.2)
-    with pytest.raises(ValueError, match="top_p=0.9"):
-        trl_config(model="m", top_p=0.9)
+    assert (trl_config(model="m", top_p=0.9).top_p, trl_config(model="m", top_k=5).top_k) == (0.9, 5)   # truncated sampling, renormalised
+    with pytest.raises(ValueError, match="multi_objective_aggregation='normalize_then_sum'"):
+        trl_config(model="m", multi_objective_aggregation="normalize_then_sum")
 
 
 def test_wandb_reporter_offline(tmp_path, micro_sft, monkeypatch):
