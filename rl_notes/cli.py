@@ -622,6 +622,10 @@ def _check_model_arg(model:str|None):
     from rl_notes.data import is_hub_id  # heavy: datasets
     if model is not None and not (os.path.isdir(model) or is_hub_id(model)):
         raise FileNotFoundError(f"--model {model!r}: no such directory (nor a hub id org/name)")
+    if (model is not None and os.path.isfile(os.path.join(model, "metrics.jsonl"))
+            and not any(n.endswith(".safetensors") for n in os.listdir(model))):   # a run: its metrics, and no weights of its own
+        raise FileNotFoundError(f"--model {model!r} is a run directory, not a model: pass its model/ ({os.path.join(model, 'model')!r}), "
+                                "the Hugging Face model the run exported")
 
 def _scored(dataset, reward, task):
     "Refuse a dataset that nothing says how to score: without reward functions, only a named task's verifier may."

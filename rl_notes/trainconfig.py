@@ -360,6 +360,12 @@ class TrainConfig:
             raise ValueError(f"Algo.cache_len ({a.cache_len}) must be <= TrainConfig.max_new_tokens ({self.max_new_tokens}) for the soft overlong punishment")
         if self.doctor_stop and not self.doctor_every: raise ValueError("TrainConfig.doctor_stop needs doctor_every (how often the doctor reads the run)")
         if self.n_prompts % self.n_minibatches: raise ValueError(f"TrainConfig.n_prompts ({self.n_prompts}) must be divisible by n_minibatches ({self.n_minibatches})")
+        if self.save_adapter and not self.lora_r:
+            raise ValueError("TrainConfig.save_adapter writes the LoRA adapter alone, but lora_r is 0 (no LoRA): set lora_r (--lora-r R) or drop save_adapter")
+        tm = [self.lora_target_modules] if isinstance(self.lora_target_modules, str) else list(self.lora_target_modules)
+        if self.lora_r and any(m in ("embed_tokens", "lm_head") for m in tm):
+            raise ValueError(f"TrainConfig.lora_target_modules {tm}: LoRA here adapts linear layers of the blocks; embed_tokens / lm_head would "
+                             "leave the adapter without effect or break the tied head: use 'all-linear' or the blocks' projections (q_proj, v_proj, ...)")
         if self.mixed_precision and self.dtype != "float32":
             raise ValueError(f"TrainConfig.mixed_precision={self.mixed_precision!r} keeps float32 weights and autocasts the passes; dtype={self.dtype!r} "
                              "makes the weights themselves low precision: give one (TRL's --bf16 is mixed_precision='bf16')")

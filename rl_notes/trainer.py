@@ -157,6 +157,10 @@ def _data(cfg:TrainConfig, task) -> tuple[list, list, RewardSet]:
         missing = sorted(set(task.required_columns) - set(train_rows[0]))
         if missing: raise ValueError(f"{where} has no column(s) {missing}, which the reward of task {cfg.task!r} reads; "
                                      "give reward functions (TrainConfig.reward, --reward module:function)")
+    firsts = [s[0]["prompt"] for s in (tr, te) if len(s) and "prompt" in s.column_names] if cfg.dataset is not None else []
+    if len({type(p).__name__ for p in firsts}) > 1:   # string prompts to train on, chat prompts held out: the held-out score would mean nothing
+        raise ValueError(f"{where}: its training prompts are {type(firsts[0]).__name__}s and its held-out prompts {type(firsts[1]).__name__}s; "
+                         "give both splits one format (plain strings, or chat message lists)")
     if len(train_rows) < cfg.n_prompts:
         raise ValueError(f"{where} holds {len(train_rows)} training prompts, fewer than TrainConfig.n_prompts ({cfg.n_prompts})")
     return train_rows, test_rows, rewards
@@ -267,6 +271,12 @@ def _open_dir(run:Run):
                                   tensors=_ckpt_tensor_names(run, run.dir.state()))
         _restore_extras(run, st)
         run.start = run.saved = st["step"]
+        was = st["config"].get("steps", cfg.steps)
+        if was != cfg.steps and cfg.lr_scheduler_type != "constant" and run.start < cfg.steps:   # never silent: the schedule bends
+            old = dataclasses.replace(cfg, steps=was)
+            warnings.warn(f"resuming at step {run.start} with steps {cfg.steps} (the checkpoint's run had {was}) under the {cfg.lr_scheduler_type} "
+                          f"schedule: the learning rate of step {run.start + 1} is {cfg.lr * lr_factor(cfg, run.start + 1):.3g}, where the "
+                          f"original run would have used {cfg.lr * lr_factor(old, min(run.start + 1, was)):.3g}")
     if cfg.accept_changed and not run.start:
         warnings.warn("TrainConfig.accept_changed (--accept-changed): this run starts fresh, with no checkpoint to resume, so there is nothing to accept")
     if run.main:

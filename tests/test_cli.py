@@ -290,3 +290,14 @@ def test_optim_adamw_torch_is_what_runs(cli_cfg):
         assert code == 0 and "--optim" not in out, err
     code, cfg, out, err = cli_cfg("--optim", "adafactor")
     assert code == 2 and "AdamW" in err
+
+
+def test_lora_options_that_do_nothing_and_a_run_as_model_are_refused(cli_cfg, micro_sft, tmp_path, capsys):
+    code, cfg, out, err = cli_cfg("--save-adapter")
+    assert code == 2 and "lora_r is 0" in err
+    code, cfg, out, err = cli_cfg("--lora-r", "4", "--lora-target-modules", "embed_tokens")
+    assert code == 2 and "embed_tokens" in err
+    from rl_notes.cli import main
+    run = tmp_path / "run"; run.mkdir(); (run / "metrics.jsonl").write_text(""); (run / "config.json").write_text("{}")   # a run's own config.json
+    assert main(["train", "--model", str(run), "--task", "addition"]) == 2
+    assert "is a run directory, not a model: pass its model/" in capsys.readouterr().err

@@ -411,3 +411,25 @@ def test_semicolon_csv_dataset_names_the_delimiter(world, tmp_path, capsys):
     one_line(capsys, main(args(world, tmp_path / "run", dataset=f)), 2, ERR, "the header 'prompt;answer' has no `prompt` column but holds ';'",
              "looks ';'-separated")
     assert digest(f) == before and not (tmp_path / "run").exists()
+
+
+def test_prompt_formats_must_agree_across_splits(world, tmp_path, capsys):
+    "String prompts to train on and chat prompts held out: refused in one line, before any weights load."
+    from datasets import Dataset, DatasetDict
+    d = tmp_path / "mixed"
+    DatasetDict({"train": Dataset.from_list([{"prompt": f"What is {i}+1?", "answer": str(i + 1)} for i in range(8)]),
+                 "test": Dataset.from_list([{"prompt": [{"role": "user", "content": f"What is {i}+2?"}], "answer": str(i + 2)} for i in range(4)])}).save_to_disk(str(d))
+    capsys.readouterr()                                                   # datasets' progress bars
+    one_line(capsys, main(args(world, tmp_path / "run", dataset=d)), 2, ERR, "give both splits one format")
+
+
+def test_changing_steps_on_resume_under_a_decaying_schedule_is_said(world, tmp_path, capsys):
+    import warnings
+    run = tmp_path / "run"
+    assert main(args(world, run, "--steps", "2", "--save-every", "1", "--lr-scheduler-type", "linear", "--stop-at", "1")) == 0
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        assert main(args(world, run, "--steps", "6", "--resume", "--lr-scheduler-type", "linear")) == 0
+    capsys.readouterr()
+    said = [str(x.message) for x in w if "under the linear schedule" in str(x.message)]
+    assert len(said) == 1 and "the checkpoint's run had 2" in said[0]
