@@ -64,7 +64,8 @@ def _imports():
             else: continue
             for n in names: yield n.split('.')[0], f'{f.name}:{node.lineno}'
 
-OPTIONAL = {'gymnasium': 'rl_notes.control.train_ppo_gym only (imported in the function); a dev requirement',
+OPTIONAL = {'trl': 'rl_notes.trl_trainer only (a subclass of TRL\'s trainer: importing that module needs TRL, the extra "trl"); a dev requirement',
+            'gymnasium': 'rl_notes.control.train_ppo_gym only (imported in the function); a dev requirement',
             'math_verify': 'the math task (extra `math`)', 'peft': 'LoRA (extra `lora`)',
             'tensorboard': 'report_to="tensorboard" (extra `tensorboard`)', 'trackio': 'report_to="trackio" (extra `trackio`)',
             'wandb': 'report_to="wandb" (extra `wandb`)'}

@@ -1,0 +1,46 @@
+"""rl_notes.trl_trainer against TRL's own GRPOTrainer on CPU: with no rl_notes option the weights after 2 steps are TRL's; with an
+estimator the advantages are rl_notes' function of TRL's rewards; doctor_every attaches the doctor."""
+import os, subprocess, sys
+from pathlib import Path
+import pytest
+from conftest import trl_grpo_script
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+
+
+@pytest.mark.slow   # one subprocess: three tiny 2-step TRL runs
+def test_drop_in_trainer(tmp_path):
+    pytest.importorskip("trl")
+    code = trl_grpo_script(tmp_path, max_steps=2, beta=0.0) + """
+import dataclasses
+from rl_notes import trl_trainer as rt
+from rl_notes.family import rloo_advantages
+from rl_notes.doctor import DoctorCallback
+def weights(tr): return {k: v.detach().clone() for k, v in tr.model.state_dict().items()}
+base = {k: getattr(cfg, k) for k in ("per_device_train_batch_size", "num_generations", "max_completion_length", "learning_rate", "beta", "max_steps",
+                                    "logging_steps", "report_to", "use_cpu", "save_strategy", "seed", "disable_tqdm", "dataloader_num_workers")}
+runs = {}
+for name, C, T, extra in (("trl", GRPOConfig, GRPOTrainer, {}), ("ours", rt.GRPOConfig, rt.GRPOTrainer, {})):
+    c = C(output_dir=cfg.output_dir + name, **base, **extra)
+    tr = T(model=md, reward_funcs=digits, args=c, train_dataset=ds, processing_class=tok); tr.train(); runs[name] = weights(tr)
+diff = max((runs["trl"][k] - runs["ours"][k]).abs().max().item() for k in runs["trl"])
+moved = max((runs["trl"][k] - weights(T(model=md, reward_funcs=digits, args=C(output_dir=cfg.output_dir + "x", **base), train_dataset=ds, processing_class=tok))[k]).abs().max().item() for k in runs["trl"])
+print("SAME_AS_TRL", diff, moved)
+seen = []
+class Spy(rt.GRPOTrainer):
+    def _generate_and_score_completions(self, inputs):
+        out = super()._generate_and_score_completions(inputs)
+        r = (self._rl_notes_rpf * self.reward_weights.unsqueeze(0)).nansum(1)
+        seen.append((out["advantages"] - rloo_advantages(r.float(), self.num_generations)[:len(out["advantages"])]).abs().max().item())
+        return out
+c = rt.GRPOConfig(output_dir=cfg.output_dir + "rloo", **base, advantage_estimator="rloo", doctor_every=1)
+tr = Spy(model=md, reward_funcs=digits, args=c, train_dataset=ds, processing_class=tok); tr.train()
+print("RLOO", max(seen), len(seen), any(isinstance(cb, DoctorCallback) for cb in tr.callback_handler.callbacks))
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    same = next(l for l in p.stdout.splitlines() if l.startswith("SAME_AS_TRL")).split()
+    assert float(same[1]) == 0.0 and float(same[2]) > 0, same          # identical to TRL's run, and the run did move the weights
+    rloo = next(l for l in p.stdout.splitlines() if l.startswith("RLOO")).split()
+    assert float(rloo[1]) < 1e-6 and int(rloo[2]) >= 1 and rloo[3] == "True", rloo
