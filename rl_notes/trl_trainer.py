@@ -4,7 +4,6 @@
 
 # %% ../nbs/44_trl_trainer.ipynb #988d66f7
 from __future__ import annotations
-import dataclasses
 from dataclasses import dataclass, field
 import torch
 import trl
