@@ -271,7 +271,7 @@ NOT_BEHAVIOUR = {  # fields no micro run needs to set, and why
     "lr_scheduler_type": "the learning rate's factor per step (`rl_notes.trainer.lr_factor`), checked against transformers' schedules in 33_trainer; "
                          "a micro run setting it would change the rl key",
     "warmup_ratio": "sets warmup_steps from steps (rounded up), checked in 33_trainer; the micro run `optimiser` sets warmup_steps",
-    **{f: "a parameter of the sapo / vespo loss (TRL's), checked against TRL's own `_compute_loss` on the same tensors in tests/test_trl_day2.py; "
+    **{f: "a parameter of the sapo / vespo loss (TRL's), checked against TRL's own `_compute_loss` on the same tensors in tests/test_cli_trl.py; "
           "a micro run of those losses would change the rl key"
        for f in ("sapo_temperature_pos", "sapo_temperature_neg", "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")},
     **{f: "a gate by name (`rl_notes.offpolicy.GATE_PRESETS`): the same `gate` that tis / rs / opsm_delta, set by micro runs, go through; "
