@@ -407,6 +407,23 @@ class TrainConfig:
         "The config `to_dict` gave (e.g. a run's config.json); unknown fields are an error that names them."
         return cls(**_known(cls, d))
 
+# %% ../nbs/21_trainconfig.ipynb #c5c0eff9
+def _trl_init(init):
+    "TrainConfig's __init__ that also takes GRPOConfig's names of its fields (`learning_rate=`, `num_generations=`, ...), as the command line does."
+    names = None
+    @functools.wraps(init)
+    def __init__(self, *args, **kw):
+        nonlocal names
+        names = names or [f.name for f in dataclasses.fields(TrainConfig)]
+        other = {k: kw.pop(k) for k in list(kw) if k not in names}
+        if other:
+            try: kw.update(from_trl("TrainConfig", names, other))
+            except ConfigError as e: raise TypeError(f"TrainConfig: {e}; an Algo setting goes in algo=get_algo(preset, ...)") from None
+        init(self, *args, **kw)
+    return __init__
+
+TrainConfig.__init__ = _trl_init(TrainConfig.__init__)
+
 # %% ../nbs/21_trainconfig.ipynb #ccee3f5e
 def trl_config(algo:str|Algo="grpo",  # the preset the algorithm's settings change
                **kw,  # TrainConfig and Algo settings, by rl_notes' names or by TRL GRPOConfig's
