@@ -126,7 +126,8 @@ def model_card(cfg:TrainConfig, rows:list[dict], step:int) -> str:
     base = [f"base_model: {b}"] if (b := _base_model(cfg.model)) else []
     return "\n".join(["---", *base, f"library_name: {'peft' if adapter else 'transformers'}", f"tags: [rl_notes, reinforcement-learning, {cfg.algo.name}]",
                       "---", "", f"# {Path(cfg.out_dir).resolve().name}", "",
-                      f"A causal LM trained with rl_notes: {cfg.algo.name} for {step} steps from `{cfg.model}`; {weights}.", "",
+                      f"A causal LM trained with rl_notes: {cfg.algo.name} (advantages {cfg.algo.adv}, loss {cfg.algo.loss} aggregated {cfg.algo.agg}, "
+                      f"clip {cfg.algo.eps_low:g}/{cfg.algo.eps_high:g}, beta {cfg.algo.beta:g}) for {step} steps from `{cfg.model}`; {weights}.", "",
                       f"- data: {data}", f"- rewards: {rewards}",
                       f"- per step: {cfg.n_prompts} prompts x {cfg.group_size} responses of at most {cfg.max_new_tokens} tokens, lr {cfg.lr:g}", "",
                       "```python", "from transformers import AutoModelForCausalLM, AutoTokenizer",
