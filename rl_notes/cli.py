@@ -95,6 +95,12 @@ def demo(out:str|Path="runs/demo",  # output directory; its runs are replaced wh
     d = _quick(DEMO) if quick else DEMO
     algos = tuple(algos or d["algos"])
     out = Path(out); out.mkdir(parents=True, exist_ok=True)
+    from rl_notes.configs import unlink_link  # light: the standard library only
+    for n in ("summary.md", "curves.png"): unlink_link(out / n)          # a link there is removed, never written through
+    mine = (out / "summary.md").is_file() and (out / "summary.md").read_text(errors="replace").startswith("# rl_notes demo")
+    theirs = [n for n in ("summary.md", "curves.png", *algos) if (out / n).exists() and not mine]
+    if theirs: raise ValueError(f"demo --out {str(out)!r} holds {', '.join(theirs)}, which a previous demo did not write; "
+                                     "nothing was replaced: give another --out")
     t0 = time.time()
     sft = sft or sft_warm_start(d["task"], SFTConfig(**d["sft"]), cache_dir=cache_dir, progress=progress, **d["task_kw"])
     t_sft, wall = time.time() - t0, {}
@@ -110,7 +116,9 @@ def demo(out:str|Path="runs/demo",  # output directory; its runs are replaced wh
     text = (f"# rl_notes demo\n\nSFT warm start {shown} ({t_sft:.0f} s, cached after the first run), then "
             f"{', '.join(algos)} on `{d['task']}` {d['task_kw']} with {d['train']}.\n\n"
             f"Held-out greedy accuracy on {d['train']['n_eval']} test-split prompts:\n\n{summarize(out, algos, wall)}\n\n"
-            f"Total wall time {total:.0f} s on {platform.processor() or platform.machine()}, torch threads {torch.get_num_threads()}.\n")
+            f"Total wall time {total:.0f} s on {platform.processor() or platform.machine()}, torch threads {torch.get_num_threads()}.\n"
+            + ("\nAt --quick sizes (a micro model, a few steps) accuracies of 0 are expected: the sizes check the pipeline, not learning; "
+               "`rl_notes demo` without --quick shows the learning.\n" if quick else ""))
     (out / "summary.md").write_text(text)
     return text
 

@@ -301,3 +301,16 @@ def test_lora_options_that_do_nothing_and_a_run_as_model_are_refused(cli_cfg, mi
     run = tmp_path / "run"; run.mkdir(); (run / "metrics.jsonl").write_text(""); (run / "config.json").write_text("{}")   # a run's own config.json
     assert main(["train", "--model", str(run), "--task", "addition"]) == 2
     assert "is a run directory, not a model: pass its model/" in capsys.readouterr().err
+
+
+def test_demo_out_never_replaces_a_users_files(tmp_path, capsys):
+    "demo --out DIR: a user's summary.md is not replaced, a link at curves.png is not written through (one line, nothing changed)."
+    from rl_notes.cli import main
+    (tmp_path / "d").mkdir(); (tmp_path / "d" / "summary.md").write_text("my notes")
+    assert main(["demo", "--quick", "--out", str(tmp_path / "d")]) == 2
+    assert "which a previous demo did not write" in capsys.readouterr().err and (tmp_path / "d" / "summary.md").read_text() == "my notes"
+    (tmp_path / "e").mkdir(); (tmp_path / "target.png").write_bytes(b"mine"); (tmp_path / "e" / "curves.png").symlink_to(tmp_path / "target.png")
+    assert main(["demo", "--quick", "--out", str(tmp_path / "e"), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert (tmp_path / "target.png").read_bytes() == b"mine" and not (tmp_path / "e" / "curves.png").is_symlink()
+    assert "accuracies of 0 are expected" in out
