@@ -8,9 +8,11 @@ from dataclasses import dataclass, field
 import torch
 import trl
 from .family import rloo_advantages, reinforce_pp_advantages, batch_mean_advantages
+from .algo import POLICY_LOSSES
+from .trainconfig import get_algo
 
 # %% auto #0
-__all__ = ['TRL_WRITTEN_FOR', 'ESTIMATORS', 'check_trl', 'GRPOConfig', 'GRPOTrainer']
+__all__ = ['TRL_WRITTEN_FOR', 'RL_LOSSES', 'ESTIMATORS', 'check_trl', 'GRPOConfig', 'GRPOTrainer']
 
 # %% ../nbs/44_trl_trainer.ipynb #697e5ee7
 TRL_WRITTEN_FOR = "1.16"  # the TRL release whose GRPOTrainer internals (`_calculate_rewards`, `_generate_and_score_completions`) the subclass reads
@@ -26,6 +28,8 @@ def check_trl(version:str|None=None) -> str:
 check_trl()
 
 # %% ../nbs/44_trl_trainer.ipynb #c1b6d511
+RL_LOSSES = ("kl_cov", "flash_reinforce")  # rl_notes' policy losses TRL lacks, by `loss_type` (TRL's own loss types stay TRL's)
+
 ESTIMATORS = {  # advantage_estimator -> f(rewards (B,), G) -> advantages (B,); "group" is TRL's own and replaces nothing
     "rloo": lambda r, G: rloo_advantages(r, G),
     "reinforce_pp": lambda r, G: reinforce_pp_advantages(r, G),
@@ -38,9 +42,17 @@ class GRPOConfig(trl.GRPOConfig):
     advantage_estimator: str = field(default="group", metadata={"help": "group (TRL's), rloo, reinforce_pp or batch-mean (rl_notes.family)"})
     doctor_every: int|None = field(default=None, metadata={"help": "run rl_notes' doctor every this many logging steps (None: off)"})
     doctor_stop: bool = field(default=False, metadata={"help": "end the run at the doctor's first present finding"})
+    kl_cov_ratio: float = field(default=2e-3, metadata={"help": "loss_type='kl_cov': the share of tokens, those of largest covariance, that get the |log r| penalty"})
+    kl_cov_coef: float = field(default=1.0, metadata={"help": "loss_type='kl_cov': the weight of that penalty"})
+    flash_delta: float = field(default=3e-3, metadata={"help": "loss_type='flash_reinforce': admit a response when its mean binary KL is <= flash_delta"})
+    rl_notes_loss: str|None = field(default=None, metadata={"help": "set from loss_type when it names one of rl_notes' losses (TRL then aggregates as 'dapo')"})
 
     def __post_init__(self):
+        if self.loss_type in RL_LOSSES:                  # rl_notes' loss by TRL's option name; TRL's own checks see its 'dapo' normalisation
+            self.rl_notes_loss, self.loss_type = self.loss_type, "dapo"
         super().__post_init__()
+        if self.rl_notes_loss and self.beta != 0.0:
+            raise ValueError(f"loss_type={self.rl_notes_loss!r} with beta={self.beta}: rl_notes' {self.rl_notes_loss} has no KL-to-reference term here; use beta=0.0")
         if self.advantage_estimator != "group" and self.advantage_estimator not in ESTIMATORS:
             raise ValueError(f"advantage_estimator={self.advantage_estimator!r}: expected 'group' or one of {sorted(ESTIMATORS)}")
         if self.advantage_estimator in ("rloo", "reinforce_pp") and self.num_generations < 2:
@@ -79,3 +91,30 @@ class GRPOTrainer(trl.GRPOTrainer):
         n = out["advantages"].shape[0]; i = self.accelerator.process_index
         out["advantages"] = adv[i * n:(i + 1) * n].to(out["advantages"])      # this process's rows, as TRL slices them
         return out
+
+    def _rl_algo(self):
+        "The `Algo` of `args.rl_notes_loss`: its preset with TRL's epsilon and the token-mean aggregation of TRL's 'dapo'."
+        a = self.args
+        return get_algo(a.rl_notes_loss, adv="group", agg="token-mean", beta=0.0, eps_low=a.epsilon, eps_high=a.epsilon_high or a.epsilon,
+                        kl_cov_ratio=a.kl_cov_ratio, kl_cov_coef=a.kl_cov_coef, flash_delta=a.flash_delta,
+                        clip_anchor="sampler" if a.rl_notes_loss == "flash_reinforce" else "learner")
+
+    def _compute_loss(self, model, inputs):
+        name = getattr(self.args, "rl_notes_loss", None)
+        if name is None: return super()._compute_loss(model, inputs)      # TRL's loss types: TRL's code
+        ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+        att = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+        T = inputs["completion_ids"].size(1)
+        logp, _, _ = self._get_per_token_logps_and_entropies(model, ids, att, T, compute_entropy=False)
+        mask = inputs["completion_mask"] if "tool_mask" not in inputs else inputs["completion_mask"] * inputs["tool_mask"]
+        old = inputs.get("old_per_token_logps"); old = logp.detach() if old is None else old
+        if name == "flash_reinforce": old = inputs.get("sampling_per_token_logps", old)   # mu: the sampler's log-probs (vLLM's when it samples)
+        mode = "train" if self.model.training else "eval"
+        # TRL's 'dapo' normaliser: the generation batch's tokens over the processes, rescaled to one accumulation window
+        norm = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
+        if mode == "train": norm = norm * self.current_gradient_accumulation_steps / self.args.steps_per_generation
+        loss, metrics = POLICY_LOSSES[name](self._rl_algo(), logp, old, None, inputs["advantages"], mask.float(), max_tokens=T,
+                                            global_tokens=float(norm), reduce=None)
+        for k, v in metrics.items():
+            if torch.is_tensor(v) and v.numel() == 1: self._metrics[mode][f"rl_notes/{k}"].append(self.accelerator.gather(v.detach().float()).mean().item())
+        return loss

@@ -37,6 +37,11 @@ class Spy(rt.GRPOTrainer):
 c = rt.GRPOConfig(output_dir=cfg.output_dir + "rloo", **base, advantage_estimator="rloo", doctor_every=1)
 tr = Spy(model=md, reward_funcs=digits, args=c, train_dataset=ds, processing_class=tok); tr.train()
 print("RLOO", max(seen), len(seen), any(isinstance(cb, DoctorCallback) for cb in tr.callback_handler.callbacks))
+for loss in ("kl_cov", "flash_reinforce"):                        # rl_notes' losses TRL lacks, with an rl_notes estimator
+    c = rt.GRPOConfig(output_dir=cfg.output_dir + loss, **{**base, "beta": 0.0}, loss_type=loss, advantage_estimator="rloo", kl_cov_ratio=0.2)
+    tr = rt.GRPOTrainer(model=md, reward_funcs=digits, args=c, train_dataset=ds, processing_class=tok); w0 = weights(tr); tr.train()
+    logged = sorted({k for row in tr.state.log_history for k in row if k.startswith("rl_notes/")})
+    print("LOSS", loss, max((weights(tr)[k] - w0[k]).abs().max().item() for k in w0), ",".join(logged) or "-")
 """
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=900)
     assert p.returncode == 0, p.stderr[-3000:]
@@ -44,3 +49,5 @@ print("RLOO", max(seen), len(seen), any(isinstance(cb, DoctorCallback) for cb in
     assert float(same[1]) == 0.0 and float(same[2]) > 0, same          # identical to TRL's run, and the run did move the weights
     rloo = next(l for l in p.stdout.splitlines() if l.startswith("RLOO")).split()
     assert float(rloo[1]) < 1e-6 and int(rloo[2]) >= 1 and rloo[3] == "True", rloo
+    losses = [l.split() for l in p.stdout.splitlines() if l.startswith("LOSS")]
+    assert [l[1] for l in losses] == ["kl_cov", "flash_reinforce"] and all(float(l[2]) > 0 for l in losses), losses   # each trained
