@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 import torch
 import trl
 from .family import rloo_advantages, reinforce_pp_advantages, batch_mean_advantages
+import warnings
 from .algo import POLICY_LOSSES
+from .offpolicy import GATE_PRESETS, gate as offpolicy_gate
 from .trainconfig import get_algo
 
 # %% auto #0
@@ -45,12 +47,19 @@ class GRPOConfig(trl.GRPOConfig):
     kl_cov_ratio: float = field(default=2e-3, metadata={"help": "loss_type='kl_cov': the share of tokens, those of largest covariance, that get the |log r| penalty"})
     kl_cov_coef: float = field(default=1.0, metadata={"help": "loss_type='kl_cov': the weight of that penalty"})
     flash_delta: float = field(default=3e-3, metadata={"help": "loss_type='flash_reinforce': admit a response when its mean binary KL is <= flash_delta"})
+    gate: str|None = field(default=None, metadata={"help": "a sampler/learner gate of rl_notes (GATE_PRESETS: icepop, tis, seq_mask, ...) on TRL's vLLM ratio, "
+                                                             "in place of vllm_importance_sampling_mode; None: TRL's"})
     rl_notes_loss: str|None = field(default=None, metadata={"help": "set from loss_type when it names one of rl_notes' losses (TRL then aggregates as 'dapo')"})
 
     def __post_init__(self):
         if self.loss_type in RL_LOSSES:                  # rl_notes' loss by TRL's option name; TRL's own checks see its 'dapo' normalisation
             self.rl_notes_loss, self.loss_type = self.loss_type, "dapo"
         super().__post_init__()
+        if self.gate is not None and self.gate not in GATE_PRESETS:
+            raise ValueError(f"gate={self.gate!r}: expected one of {sorted(GATE_PRESETS)} (rl_notes.offpolicy.GATE_PRESETS) or None")
+        if self.gate is not None and not self.use_vllm:
+            warnings.warn(f"gate={self.gate!r} acts on the ratio between vLLM's sampler and the learner; without use_vllm the learner samples "
+                          "and the ratio is 1: the gate changes nothing")
         if self.rl_notes_loss and self.beta != 0.0:
             raise ValueError(f"loss_type={self.rl_notes_loss!r} with beta={self.beta}: rl_notes' {self.rl_notes_loss} has no KL-to-reference term here; use beta=0.0")
         if self.advantage_estimator != "group" and self.advantage_estimator not in ESTIMATORS:
@@ -84,9 +93,20 @@ class GRPOTrainer(trl.GRPOTrainer):
         adv = ESTIMATORS[self.args.advantage_estimator](torch.where(unscored, torch.zeros_like(rewards), rewards).float(), self.num_generations)
         return torch.where(unscored, torch.zeros_like(adv), adv)
 
+    def _gated(self, out:dict) -> dict:
+        "`out` with TRL's importance_sampling_ratio replaced by rl_notes' gate weights (B, T) of the learner's pi_old against vLLM's log-probs."
+        samp, old = out.get("sampling_per_token_logps"), out.get("old_per_token_logps")
+        if samp is None or old is None: return out                       # no sampler apart from the learner: nothing to gate
+        mask = out["completion_mask"].float()
+        samp = torch.where(torch.isnan(samp), old, samp)                  # a log-prob vLLM did not return: ratio 1, as TRL does
+        g = offpolicy_gate(old, samp, mask, **GATE_PRESETS[self.args.gate])
+        for k, v in g.metrics.items(): self._metrics["train" if self.model.training else "eval"][f"rl_notes/gate/{k}"].append(float(v))
+        return {**out, "importance_sampling_ratio": g.weights}
+
     def _generate_and_score_completions(self, inputs):
         out = super()._generate_and_score_completions(inputs)
-        if getattr(self.args, "advantage_estimator", "group") == "group": return out   # TRL's run, untouched
+        if getattr(self.args, "gate", None) is not None: out = self._gated(out)
+        if getattr(self.args, "advantage_estimator", "group") == "group": return out   # TRL's advantages, untouched
         adv = self._estimator_advantages(self._rl_notes_rpf)
         n = out["advantages"].shape[0]; i = self.accelerator.process_index
         out["advantages"] = adv[i * n:(i + 1) * n].to(out["advantages"])      # this process's rows, as TRL slices them

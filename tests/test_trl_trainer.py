@@ -38,7 +38,8 @@ c = rt.GRPOConfig(output_dir=cfg.output_dir + "rloo", **base, advantage_estimato
 tr = Spy(model=md, reward_funcs=digits, args=c, train_dataset=ds, processing_class=tok); tr.train()
 print("RLOO", max(seen), len(seen), any(isinstance(cb, DoctorCallback) for cb in tr.callback_handler.callbacks))
 for loss in ("kl_cov", "flash_reinforce"):                        # rl_notes' losses TRL lacks, with an rl_notes estimator
-    c = rt.GRPOConfig(output_dir=cfg.output_dir + loss, **{**base, "beta": 0.0}, loss_type=loss, advantage_estimator="rloo", kl_cov_ratio=0.2)
+    c = rt.GRPOConfig(output_dir=cfg.output_dir + loss, **{**base, "beta": 0.0}, loss_type=loss, advantage_estimator="rloo", kl_cov_ratio=0.2,
+                      gate="icepop")                                # the issue's three together (the gate is a no-op without vLLM)
     tr = rt.GRPOTrainer(model=md, reward_funcs=digits, args=c, train_dataset=ds, processing_class=tok); w0 = weights(tr); tr.train()
     logged = sorted({k for row in tr.state.log_history for k in row if k.startswith("rl_notes/")})
     print("LOSS", loss, max((weights(tr)[k] - w0[k]).abs().max().item() for k in w0), ",".join(logged) or "-")
