@@ -52,3 +52,34 @@ for loss in ("kl_cov", "flash_reinforce"):                        # rl_notes' lo
     assert float(rloo[1]) < 1e-6 and int(rloo[2]) >= 1 and rloo[3] == "True", rloo
     losses = [l.split() for l in p.stdout.splitlines() if l.startswith("LOSS")]
     assert [l[1] for l in losses] == ["kl_cov", "flash_reinforce"] and all(float(l[2]) > 0 for l in losses), losses   # each trained
+
+
+@pytest.mark.torchrun   # two processes (torchrun, gloo on the CPU)
+def test_two_processes_train_through_trl(tmp_path):
+    "Under torchrun with 2 CPU processes, the drop-in trainer trains with rl_notes' estimator, loss and doctor (TRL's DDP path); the rewards the estimator reads are gathered from both."
+    pytest.importorskip("trl")
+    torchrun = Path(sys.executable).parent / "torchrun"
+    if not torchrun.exists(): pytest.skip("torchrun not installed")
+    import socket
+    with socket.socket() as s: s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
+    code = trl_grpo_script(tmp_path, max_steps=2, beta=0.0, per_device_train_batch_size=4) + """
+import torch.distributed as dist
+from rl_notes import trl_trainer as rt
+class Spy(rt.GRPOTrainer):
+    def _generate_and_score_completions(self, inputs):
+        out = super()._generate_and_score_completions(inputs)
+        print("ROWS", self.accelerator.process_index, self.accelerator.num_processes, self._rl_notes_rpf.shape[0], out["advantages"].shape[0], flush=True)
+        return out
+c = rt.GRPOConfig(output_dir=cfg.output_dir, **{k: getattr(cfg, k) for k in ("per_device_train_batch_size", "num_generations", "max_completion_length",
+                  "learning_rate", "beta", "max_steps", "logging_steps", "report_to", "use_cpu", "save_strategy", "seed", "disable_tqdm", "dataloader_num_workers")},
+                  advantage_estimator="rloo", loss_type="kl_cov", kl_cov_ratio=0.2, doctor_every=1)
+tr = Spy(model=md, reward_funcs=digits, args=c, train_dataset=ds, processing_class=tok); tr.train()
+print("DONE", tr.accelerator.process_index, tr.state.global_step, flush=True)
+"""
+    script = tmp_path / "two.py"; script.write_text(code)
+    p = subprocess.run([str(torchrun), "--nproc_per_node", "2", "--master_port", str(port), str(script)], capture_output=True, text=True,
+                       env={**ENV, "ACCELERATE_USE_CPU": "true"}, cwd=ROOT, timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    rows = [l.split() for l in p.stdout.splitlines() if l.startswith("ROWS")]
+    assert {r[1] for r in rows} == {"0", "1"} and all(r[2] == "2" and int(r[3]) == 2 * int(r[4]) for r in rows), rows   # global rewards, local rows
+    assert sum(r[1] == "1" for r in rows) >= 2 and "DONE 0 2" in p.stdout, p.stdout[-2000:]   # both processes took both steps
