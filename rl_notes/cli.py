@@ -150,7 +150,7 @@ FIELD_GROUP = {  # config field -> --help section (TrainConfig and SFTConfig; a 
     **dict.fromkeys(("algo", "group_size", "ppo_epochs", "n_minibatches", "distill_coef"), "algorithm"),
     **dict.fromkeys(("max_new_tokens", "temperature", "top_p", "top_k", "min_p", "renormalise_support", "sampler_dtype", "sampler_lag",
                      "sampler_temperature"), "generation"),
-    **dict.fromkeys(("steps", "n_prompts", "lr", "critic_lr", "weight_decay", "max_grad_norm", "warmup_steps", "lr_scheduler_type", "warmup_ratio", "seed", "threads", "micro_batch_size", "trim_micro_batches", "compact_generation", "share_prompt", "logprob_path",
+    **dict.fromkeys(("steps", "n_prompts", "lr", "critic_lr", "weight_decay", "max_grad_norm", "warmup_steps", "lr_scheduler_type", "min_lr_rate", "warmup_ratio", "seed", "threads", "micro_batch_size", "trim_micro_batches", "compact_generation", "share_prompt", "logprob_path",
                      "shard_rollouts", "batch_size", "warmup"), "optimisation"),
     **dict.fromkeys(("n_eval", "eval_every", "save_every", "out_dir", "resume", "overwrite", "accept_changed", "stop_at", "report_to", "progress",
                      "doctor_every", "doctor_stop", "eval_n", "target_accuracy", "val_n"), "evaluation and logging"),
@@ -381,6 +381,16 @@ def _trl_train(a, W:int) -> tuple[dict, list[str]]:
     "(TrainConfig settings from GRPOConfig's options the command line translates, the lines for those it ignores); a refused one is a UsageError."
     from rl_notes.configs import TRL_OTHER, trl_batch  # light: the standard library only
     given, kw, notes = {k[5:]: v for k, v in vars(a).items() if k.startswith("trlx_")}, {}, list(getattr(a, "config_notes", []))
+    if "lr_scheduler_kwargs" in given:   # transformers' cosine_with_min_lr reads its floor from here; nothing else is read
+        v = given.pop("lr_scheduler_kwargs")
+        d = ({} if v.strip().lower() in ("none", "{}", "") else _json_value(v)) if isinstance(v, str) else v
+        if not isinstance(d, dict) or set(d) - {"min_lr_rate", "min_lr"} or len(d) > 1:
+            raise UsageError(f"--lr-scheduler-kwargs (TRL's lr_scheduler_kwargs): {v!r}: rl_notes reads only {{\"min_lr_rate\": r}} or "
+                             "{\"min_lr\": x} from it (cosine_with_min_lr)")
+        if d:
+            lr = getattr(a, "lr", None) or (1e-6 if trl_mode(a) else None)
+            if "min_lr" in d and not lr: raise UsageError("--lr-scheduler-kwargs min_lr needs --learning-rate (its share of it is the floor)")
+            kw["min_lr_rate"] = d["min_lr_rate"] if "min_lr_rate" in d else d["min_lr"] / lr
     ignored = []
     for k, v in given.items():
         if k not in TRL_OTHER or (k == "optim" and str(v) in ("adamw_torch", "adamw_torch_fused")): continue   # torch's AdamW is what runs

@@ -241,7 +241,8 @@ TRL_OTHER = {  # GRPOConfig name -> `TrlOther`
             "ignored", "rl_notes holds the prompts in memory (no DataLoader) and passes every dataset column to the reward functions"),
     **_each("train_sampling_strategy shuffle_dataset", "refused", "rl_notes draws each step's prompts at random by (seed, step), with no ordered pass"),
     "num_train_epochs": TrlOther("refused", "rl_notes counts RL steps: --max-steps N (--steps)"),
-    "lr_scheduler_kwargs": TrlOther("refused", "--lr-scheduler-type takes constant, linear or cosine, without arguments"),
+    "lr_scheduler_kwargs": TrlOther("refused", "--lr-scheduler-type takes constant, linear, cosine or cosine_with_min_lr; the last reads "
+                                    "{\"min_lr_rate\": r} or {\"min_lr\": x} from it, nothing else"),
     **_each("optim optim_args optim_target_modules", "refused", "rl_notes trains with torch's AdamW (--learning-rate, --weight-decay)"),
     **_each("adam_beta1 adam_beta2 adam_epsilon", "refused", "AdamW keeps torch's defaults (0.9, 0.999, 1e-8), which are TRL's too"),
     "average_tokens_across_devices": TrlOther("ignored", "a token-mean loss divides by the token count over all processes already"),

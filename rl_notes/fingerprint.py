@@ -263,6 +263,8 @@ NOT_BEHAVIOUR = {  # fields no micro run needs to set, and why
     **{f: "a truncated sampler (top-p / top-k / min-p): the rollout's support and the renormalised log-probs of sampler and learner, checked by "
           "enumeration and on a rollout in 25_rollout and by tests/test_trainer.py; a micro run of it would change the rl key"
        for f in ("top_p", "top_k", "min_p", "renormalise_support")},
+    "min_lr_rate": "the floor of cosine_with_min_lr (`rl_notes.trainer.lr_factor`), checked against transformers' schedule in tests/test_cli_trl.py; "
+                   "a micro run setting it would change the rl key",
     "mixed_precision": "TRL's bf16 / fp16: autocast around each forward (`rl_notes.models.autocast_forward`), checked in 24_models and by "
                        "tests/test_cli.py (weights moved at lr 1e-6); a micro run of it would change the rl key",
     "shard_rollouts": "differs from the default only with several processes; the micro runs use one",

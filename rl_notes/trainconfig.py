@@ -255,7 +255,7 @@ KEY_LATE = {"logprob_path": "auto", "lr_scheduler_type": "constant", "warmup_rat
             "algo.gate": None, "algo.gate_low": None, "algo.gate_high": None, "teacher": None, "distill_coef": 1.0,
             "algo.entropy_coef": 0.0, "algo.use_adaptive_entropy": False, "algo.entropy_coef_min": 0.0, "algo.entropy_coef_max": 1.0,
             "algo.entropy_coef_delta": 0.005, "algo.entropy_target": 0.2, "algo.flash_delta": 3e-3, "doctor_every": None, "doctor_stop": False, "mixed_precision": None,
-            "top_p": 1.0, "top_k": 0, "min_p": 0.0, "renormalise_support": True}
+            "top_p": 1.0, "top_k": 0, "min_p": 0.0, "renormalise_support": True, "min_lr_rate": 0.0}
 _ABSENT = object()
 
 def _dotted(d:dict, k:str):
@@ -317,7 +317,8 @@ class TrainConfig:
     report_to: str = _f("none", choices=("none", "tensorboard", "trackio", "wandb"), help="also send the metric rows there (metrics.jsonl is always written)")
     max_grad_norm: float = _f(1.0, gt=0, help="gradient clipping")
     warmup_steps: int = _f(0, ge=0, help="linear learning-rate warm-up over this many RL steps (Adam's first updates are sign-like: size lr for every weight)")
-    lr_scheduler_type: str = _f("constant", choices=("constant", "linear", "cosine"), help="the learning rate after the warm-up: constant, or decaying to 0 at the last step linearly or on a half cosine (TRL's default: linear)")
+    lr_scheduler_type: str = _f("constant", choices=("constant", "linear", "cosine", "cosine_with_min_lr"), help="the learning rate after the warm-up: constant, or decaying to 0 at the last step linearly or on a half cosine (TRL's default: linear); cosine_with_min_lr: the half cosine down to min_lr_rate x lr")
+    min_lr_rate: float = _f(0.0, ge=0, lt=1, help="cosine_with_min_lr: the floor of the rate as a share of lr (transformers' min_lr_rate; lr_scheduler_kwargs {'min_lr_rate': r})")
     warmup_ratio: float = _f(0.0, ge=0, le=1, help="warm-up over this share of the steps (rounded up), when warmup_steps is 0")
     ppo_epochs: int = _f(1, ge=1, help="passes over each rollout batch")
     n_minibatches: int = _f(1, ge=1, help="optimizer steps per pass")
@@ -477,7 +478,10 @@ def lr_factor(cfg:TrainConfig, step:int) -> float:
     # after the warm-up, transformers' schedules at optimizer step k = step - 1: the share of the decay done, (k - W) / (T - W)
     done = (step - 1 - W) / max(1, T - W)
     # linear: $1 - p$; cosine: $\frac12 (1 + \cos \pi p)$
-    return max(0.0, 1.0 - done) if cfg.lr_scheduler_type == "linear" else max(0.0, 0.5 * (1.0 + math.cos(math.pi * done)))
+    if cfg.lr_scheduler_type == "linear": return max(0.0, 1.0 - done)
+    cos = max(0.0, 0.5 * (1.0 + math.cos(math.pi * done)))
+    # cosine_with_min_lr (transformers): the same half cosine, lifted to a floor, $r + (1 - r)\frac12(1 + \cos \pi p)$
+    return cos if cfg.lr_scheduler_type == "cosine" else cfg.min_lr_rate + (1.0 - cfg.min_lr_rate) * cos
 
 def eval_due(cfg:TrainConfig, step:int) -> bool:
     "Is step `step` a held-out evaluation step (every `eval_every` steps, and the last one)?"

@@ -413,3 +413,25 @@ def test_a_grpoconfig_as_yaml_runs_with_trls_batch(micro_sft, tmp_path, capsys):
     cfg = json.loads((tmp_path / "run" / "config.json").read_text())
     assert (cfg["group_size"], cfg["max_new_tokens"], cfg["lr"], cfg["seed"], cfg["algo"]["beta"], cfg["algo"]["agg"]) == (4, 3, 1e-3, 3, 0.0, "token-mean")
     assert [json.loads(l)["step"] for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("rate", [0.0, 0.1])
+def test_cosine_with_min_lr_follows_transformers(rate):
+    from transformers import get_scheduler
+    from rl_notes.trainer import lr_factor
+    T, warmup = 12, 2
+    opt = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    sch = get_scheduler("cosine_with_min_lr", opt, num_warmup_steps=warmup, num_training_steps=T, scheduler_specific_kwargs={"min_lr_rate": rate})
+    hf = []
+    for _ in range(T): hf.append(opt.param_groups[0]["lr"]); opt.step(); sch.step()
+    cfg = TrainConfig(steps=T, warmup_steps=warmup, lr_scheduler_type="cosine_with_min_lr", min_lr_rate=rate)
+    for s in range(warmup + 1, T + 1): assert math.isclose(lr_factor(cfg, s), hf[s - 1], rel_tol=1e-12, abs_tol=1e-15), (s, rate)
+
+
+def test_lr_scheduler_kwargs_on_the_command_line(cli_cfg):
+    code, cfg, _, err = cli_cfg("--lr-scheduler-type", "cosine_with_min_lr", "--lr-scheduler-kwargs", '{"min_lr_rate": 0.1}')
+    assert code == 0 and (cfg.lr_scheduler_type, cfg.min_lr_rate) == ("cosine_with_min_lr", 0.1), err
+    code, cfg, _, err = cli_cfg("--learning-rate", "1e-5", "--lr-scheduler-type", "cosine_with_min_lr", "--lr-scheduler-kwargs", '{"min_lr": 1e-6}')
+    assert code == 0 and math.isclose(cfg.min_lr_rate, 0.1), err
+    code, _, _, err = cli_cfg("--lr-scheduler-kwargs", '{"num_cycles": 2}')
+    assert code == 2 and "reads only" in one_line(err)
