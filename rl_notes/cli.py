@@ -585,10 +585,30 @@ def _train(a) -> int:
     if rows.model_dir is not None: print(f"model (Hugging Face format): {rows.model_dir}")
     return 0
 
+def _plot_sources(runs:list) -> tuple[list, list]:
+    "(what `plot_runs` reads, labels): an rl_notes run as it is; another trainer's log that the doctor reads (TRL, verl, CSV) as rows in the doctor's names."
+    import tempfile
+    from rl_notes.runlogs import read_log, to_series  # the doctor's reader: numpy only
+    paths, labels, tmp = [], [], None
+    for r in runs:
+        p = Path(r)
+        if (p / "metrics.jsonl").is_file() or (p.is_file() and p.name == "metrics.jsonl"):
+            paths.append(p); labels.append(p.name if p.is_dir() else p.parent.name); continue
+        src, rows, _ = read_log(p)
+        by = {}
+        for k, (steps, vals) in to_series(rows, src)[0].items():
+            for s, v in zip(steps, vals): by.setdefault(int(s), {"step": int(s)})[k] = float(v)
+        tmp = tmp or Path(tempfile.mkdtemp(prefix="rl_notes_plot_"))
+        (q := tmp / str(len(paths))).mkdir()
+        (q / "metrics.jsonl").write_text("".join(json.dumps(by[s]) + "\n" for s in sorted(by)))
+        paths.append(q); labels.append(f"{p.name} ({src})")
+    return paths, labels
+
 def _run(a) -> int:
     if a.cmd == "plot":
         from rl_notes.analysis import PLOT_KEYS, plot_runs  # numpy and matplotlib: only when drawing
-        plot_runs(a.runs, a.out, keys=tuple(k for k in a.keys.split(",") if k) if a.keys else PLOT_KEYS); print(a.out); return 0
+        runs, labels = _plot_sources(a.runs)
+        plot_runs(runs, a.out, keys=tuple(k for k in a.keys.split(",") if k) if a.keys else PLOT_KEYS, labels=labels); print(a.out); return 0
     if a.cmd == "demo":
         if a.sft is not None and not os.path.isdir(a.sft): raise FileNotFoundError(f"--sft {a.sft!r}: no such directory")
         print(demo(a.out, a.cache_dir, quick=a.quick, threads=a.threads, progress=not a.quiet, sft=a.sft)); return 0

@@ -314,3 +314,12 @@ def test_demo_out_never_replaces_a_users_files(tmp_path, capsys):
     out = capsys.readouterr().out
     assert (tmp_path / "target.png").read_bytes() == b"mine" and not (tmp_path / "e" / "curves.png").is_symlink()
     assert "accuracies of 0 are expected" in out
+
+
+def test_plot_reads_what_the_doctor_reads(tmp_path, capsys):
+    "rl_notes plot takes a TRL output folder (trainer_state.json) as the doctor does, beside an rl_notes run."
+    from rl_notes.cli import main
+    trl_run = Path(__file__).resolve().parents[1] / "nbs" / "examples" / "doctor_validation_v3" / "ctrl-trl-s3"
+    assert main(["plot", str(trl_run), "--out", str(tmp_path / "p.png")]) == 0
+    assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
+    capsys.readouterr()
