@@ -594,6 +594,7 @@ def _plot_sources(runs:list) -> tuple[list, list]:
         p = Path(r)
         if (p / "metrics.jsonl").is_file() or (p.is_file() and p.name == "metrics.jsonl"):
             paths.append(p); labels.append(p.name if p.is_dir() else p.parent.name); continue
+        if not os.path.lexists(p): raise FileNotFoundError(f"no metrics.jsonl in {str(r)!r}: no such run directory or log")
         src, rows, _ = read_log(p)
         by = {}
         for k, (steps, vals) in to_series(rows, src)[0].items():
