@@ -377,6 +377,11 @@ def _await(aw):
 def _format_hint(prompts:list, e:BaseException) -> str:
     "A hint when a reward function fails the way one written for the other prompt format does (TRL passes a str per completion, or a message list)."
     if not prompts or not isinstance(e, (TypeError, KeyError, IndexError, AttributeError)): return ""
+    msg = str(e)   # only an error about the format gets the hint: a str indexed by a key, a list used as text (or the reverse)
+    about = (("string indices must be integers" in msg or "'str' object" in msg or isinstance(e, KeyError) and msg.strip("'\"") == "content")
+             if isinstance(prompts[0], str) else
+             any(s in msg for s in ("'list' object", 'not "list"', "got 'list'", "list indices must be integers", "'dict' object", "not \"dict\"")))
+    if not about: return ""
     if isinstance(prompts[0], str):
         return ("; the prompts are strings, so each completion is a str: indexing it as c[0]['content'] needs a `prompt` column of chat "
                 "messages ([{'role': 'user', 'content': ...}])")

@@ -496,3 +496,14 @@ def test_held_out_split_property(n, frac, seed):
     train, test = load_dataset_splits(ds, test_frac=frac, seed=seed)
     assert len(test) == min(max(1, math.ceil(frac * n)), n - 1) and len(train) + len(test) == n
     assert sorted(list(train["prompt"]) + list(test["prompt"])) == sorted(ds["prompt"])
+
+
+def test_format_hint_only_for_format_errors():
+    "The chat-format hint is added only when the error is about the prompt format, not to every TypeError or KeyError of a reward."
+    from rl_notes.data import _format_hint
+    chat = [[{"role": "user", "content": "x"}]]
+    assert "the prompts are strings" in _format_hint(["a"], TypeError("string indices must be integers, not 'str'"))
+    assert "the prompts are chat messages" in _format_hint(chat, AttributeError("'list' object has no attribute 'lower'"))
+    for prompts, e in ((["a"], TypeError("unsupported operand type(s) for +: 'int' and 'NoneType'")), (chat, KeyError("answer")),
+                       (["a"], KeyError("answer")), (chat, IndexError("list index out of range"))):
+        assert _format_hint(prompts, e) == "", (prompts, e)
