@@ -4,7 +4,7 @@
 
 # %% ../nbs/24_models.ipynb #443f2909
 from __future__ import annotations
-import contextlib, math, os, random, warnings
+import contextlib, json, math, os, random, warnings
 from pathlib import Path
 import torch
 from tokenizers import Tokenizer, Regex, decoders, models as tk_models, normalizers, pre_tokenizers, processors, trainers
@@ -135,10 +135,15 @@ def load_reward_model(path:str,  # directory of a sequence-classification checkp
     "Load a reward model from a local checkpoint (for `TrainConfig.critic_init`): safetensors only, no remote code, errors that say what is wrong."
     if not os.path.isdir(path): raise FileNotFoundError(f"TrainConfig.critic_init {path!r} is not a directory")
     _check_model_dir(path, "TrainConfig.critic_init")
+    what = ("pass a sequence-classification checkpoint with one label (a reward model on the policy's tokenizer, e.g. "
+            "AutoModelForSequenceClassification(num_labels=1) trained and saved), or leave critic_init unset for a critic made from the policy")
+    try: arch = (json.loads((Path(path) / "config.json").read_text()).get("architectures") or [""])[0]
+    except (OSError, ValueError): arch = ""
+    if arch.endswith("ForCausalLM"): raise ValueError(f"TrainConfig.critic_init {path!r} is a causal LM ({arch}), not a reward model: {what}")
     try:
         with _quiet_hf(): rm = AutoModelForSequenceClassification.from_pretrained(path, local_files_only=True, trust_remote_code=False, use_safetensors=True)
     except Exception as e: raise ValueError(f"TrainConfig.critic_init {path!r}: cannot load a reward model: {_first_line(e)}") from None
-    if rm.config.num_labels != 1: raise ValueError(f"TrainConfig.critic_init {path!r} has num_labels={rm.config.num_labels}; a reward model has 1")
+    if rm.config.num_labels != 1: raise ValueError(f"TrainConfig.critic_init {path!r} has num_labels={rm.config.num_labels}; a reward model has 1: {what}")
     if policy is not None and rm.config.vocab_size != policy.config.vocab_size:
         raise ValueError(f"TrainConfig.critic_init {path!r} has vocab_size {rm.config.vocab_size}, the policy {policy.config.vocab_size}: not the same tokenizer")
     return rm

@@ -399,3 +399,8 @@ def test_math_without_math_verify_is_one_line(world, tmp_path, capsys, monkeypat
         if bars: datasets.enable_progress_bars()
     one_line(capsys, status, 2, 'TrainConfig.task="math" needs math_verify, which is not installed', 'pip install "rl_notes[math]"')
     assert not (tmp_path / "run").exists()
+
+
+def test_critic_init_with_a_causal_lm_says_what_to_pass(world, tmp_path, capsys):
+    one_line(capsys, main(args(world, tmp_path / "run", "--algo", "ppo", "--critic-init", str(world / "model"))), 2,
+             "is a causal LM", "pass a sequence-classification checkpoint with one label")
