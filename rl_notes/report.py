@@ -4,7 +4,7 @@
 
 # %% ../nbs/31_report.ipynb #b3b87226
 from __future__ import annotations
-import os, re, json, math, copy, shutil, warnings
+import os, re, json, math, copy, shutil, hashlib, warnings
 from pathlib import Path
 import torch
 from .models import _quiet_hf
@@ -15,7 +15,7 @@ from .checkpoint import CheckpointError
 
 # %% auto #0
 __all__ = ['RENAMED_WITH_REWARDS', 'MODEL_DIR', 'EXPORT_FILE', 'Meter', 'named_row', 'Reporter', 'final_metrics', 'model_card',
-           'export_step', 'recover_model', 'export_model', 'TrainResult']
+           'export_step', 'export_intact', 'recover_model', 'export_model', 'TrainResult']
 
 # %% ../nbs/31_report.ipynb #fe337c1d
 class Meter:
@@ -152,6 +152,19 @@ def export_step(path) -> int|None:
     except (OSError, ValueError, AttributeError): return None
     return s if isinstance(s, int) and not isinstance(s, bool) else None
 
+def _file_sha256(f:Path) -> str:
+    h = hashlib.sha256()
+    with open(f, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""): h.update(block)
+    return h.hexdigest()
+
+def export_intact(path) -> bool:
+    "Do the files of model directory `path` have the sha256 its export recorded (an export written before hashes were recorded: True)?"
+    p = Path(path)
+    try: sums = json.loads((p / EXPORT_FILE).read_text()).get("sha256") or {}
+    except (OSError, ValueError, AttributeError): return False
+    return all((p / n).is_file() and not (p / n).is_symlink() and _file_sha256(p / n) == s for n, s in sums.items())
+
 def recover_model(path) -> bool:
     "Unlink a symlink at `model`, `model.tmp` or `model.old`; if `model` is missing, put back a complete `model.tmp` (newer) or `model.old` left by a kill between the renames; then clear the leftovers. Is `model` there now?"
     p = Path(path)
@@ -183,7 +196,8 @@ def export_model(run,  # the run (`rl_notes.trainer.Run`): its config, policy, t
     finally: m.config.use_cache = use_cache
     run.tok.save_pretrained(tmp)
     (tmp / "README.md").write_text(model_card(cfg, run.rows, step))
-    (tmp / EXPORT_FILE).write_text(json.dumps({"step": step}))      # last: a model.tmp without it is incomplete
+    sums = {f.name: _file_sha256(f) for f in sorted(tmp.iterdir()) if f.is_file()}   # re-verified when a finished run is resumed
+    (tmp / EXPORT_FILE).write_text(json.dumps({"step": step, "sha256": sums}))   # last: a model.tmp without it is incomplete
     if path.exists(): path.rename(old)
     tmp.rename(path); shutil.rmtree(old, ignore_errors=True)
     return path

@@ -25,7 +25,7 @@ from .cache import cache_dir, content_sha256
 from .trainconfig import (Algo, TrainConfig, RUN_CONTROL, PATH_FIELDS, late_absent, absolute_paths, _dataset_label, _reward_file, content_changes, paths_read, lr_factor, eval_due,
                                   dir_problem, _check_extras, _warn_tiny_defaults, warn_low_precision)
 from .algo import Batch, make_batch, POLICY_LOSSES, Tokens, modify_tokens, estimate_advantages, micro_share, micro_parts, take, EntropyBonus, loss_logs
-from .report import Meter, Reporter, MODEL_DIR, export_model, export_step, recover_model, TrainResult, named_row
+from .report import Meter, Reporter, MODEL_DIR, export_model, export_step, export_intact, recover_model, TrainResult, named_row
 from .policies import Sampler, Reference, Teacher, teacher_dir
 
 
@@ -703,7 +703,7 @@ def train(cfg:TrainConfig,  # the run
             with _marked(0): _first_rows(run)
         elif run.main:
             recover_model(m := Path(run.cfg.out_dir) / MODEL_DIR)            # a killed export's swap put back, a link there unlinked
-            if export_step(m) != run.start:                             # model/ missing or stale (an export that failed, a Ctrl-C)
+            if export_step(m) != run.start or not export_intact(m):     # model/ missing, stale (a failed export, a Ctrl-C) or damaged
                 with _marked(run.start): export_model(run, run.start)   # from the checkpoint just loaded
         bar = tqdm(range(run.start + 1, cfg.steps + 1), desc=run.algo.name, disable=not (cfg.progress and run.main), initial=run.start, total=cfg.steps)
         for step in bar:

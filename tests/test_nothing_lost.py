@@ -433,3 +433,15 @@ def test_changing_steps_on_resume_under_a_decaying_schedule_is_said(world, tmp_p
     capsys.readouterr()
     said = [str(x.message) for x in w if "under the linear schedule" in str(x.message)]
     assert len(said) == 1 and "the checkpoint's run had 2" in said[0]
+
+
+def test_resuming_a_finished_run_re_exports_a_damaged_model(world, tmp_path, capsys):
+    "A finished run whose exported weights were damaged: resuming it checks them against the sha256 the export recorded and writes them again."
+    from rl_notes.report import export_intact
+    run = tmp_path / "run"
+    assert main(args(world, run, "--steps", "2")) == 0
+    w = run / "model" / "model.safetensors"; good = w.read_bytes(); w.write_bytes(good[: len(good) // 2])
+    assert not export_intact(run / "model")
+    assert main(args(world, run, "--steps", "2", "--resume")) == 0
+    capsys.readouterr()
+    assert export_intact(run / "model") and w.read_bytes() == good
