@@ -363,3 +363,12 @@ def test_generic_swap(tmp_path):
     assert verify_dir(X) == {"v": 2, "files": {"sub/a.txt": verify_dir(X)["files"]["sub/a.txt"]}}
     (X / "sub" / "a.txt").write_text("9")
     with pytest.raises(CheckpointError, match=r"sub/a.txt \(corrupt"): verify_dir(X)
+
+
+def test_a_checkpoint_names_only_files_inside_it(tmp_path):
+    "A state.json that names an absolute path, a path through .. or a link: refused as damaged, the named file never read."
+    from rl_notes.checkpoint import bad_files
+    (tmp_path / "ck").mkdir(); (tmp_path / "outside").write_text("x"); (tmp_path / "ck" / "link").symlink_to(tmp_path / "outside")
+    for name in (str(tmp_path / "outside"), "../outside", "link"):
+        bad = bad_files(tmp_path / "ck", {"files": {name: "0" * 64}})
+        assert bad == [f"{name} (not a file inside the directory: never read)"], bad
