@@ -260,7 +260,8 @@ def test_pickle_weights_are_refused(tmp_path, saved):
     assert "TrainConfig.critic_init" in str(e.value) and "has only pickle weights (pytorch_model.bin)" in str(e.value)
     assert "\n" not in str(e.value)
     _plant_remote_code(tmp_path / "rm_foreign", saved[0], "evil-llama", marker)
-    with pytest.raises(ValueError, match="TrainConfig.critic_init .*cannot load a reward model"): load_reward_model(str(tmp_path / "rm_foreign"))
+    with pytest.raises(ValueError, match="TrainConfig.critic_init .*(cannot load a reward model|is a causal LM)"):   # refused before any code runs
+        load_reward_model(str(tmp_path / "rm_foreign"))
     assert not marker.exists()
 
 
