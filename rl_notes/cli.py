@@ -4,7 +4,7 @@
 
 # %% ../nbs/43_cli.ipynb #eb1d7f78
 from __future__ import annotations
-import argparse, dataclasses, functools, json, os, platform, re, signal, stat, sys, yaml, time, traceback, typing, warnings
+import argparse, dataclasses, functools, json, os, platform, re, signal, stat, sys, tempfile, yaml, time, traceback, typing, warnings
 from pathlib import Path
 from typing import NamedTuple
 from .trainconfig import PRESETS, PRESET_TRAIN, Algo, TrainConfig, SFTConfig  # the settings: they import no torch (a test checks)
@@ -587,7 +587,6 @@ def _train(a) -> int:
 
 def _plot_sources(runs:list) -> tuple[list, list]:
     "(what `plot_runs` reads, labels): an rl_notes run as it is; another trainer's log that the doctor reads (TRL, verl, CSV) as rows in the doctor's names."
-    import tempfile
     from rl_notes.runlogs import read_log, to_series  # the doctor's reader: numpy only
     paths, labels, tmp = [], [], None
     for r in runs:

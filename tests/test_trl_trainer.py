@@ -68,7 +68,8 @@ from rl_notes import trl_trainer as rt
 class Spy(rt.GRPOTrainer):
     def _generate_and_score_completions(self, inputs):
         out = super()._generate_and_score_completions(inputs)
-        print("ROWS", self.accelerator.process_index, self.accelerator.num_processes, self._rl_notes_rpf.shape[0], out["advantages"].shape[0], flush=True)
+        with open(f"{cfg.output_dir}-rows{self.accelerator.process_index}.txt", "a") as f:   # one file per process: no interleaved lines
+            f.write(f"ROWS {self.accelerator.process_index} {self.accelerator.num_processes} {self._rl_notes_rpf.shape[0]} {out['advantages'].shape[0]}\\n")
         return out
 c = rt.GRPOConfig(output_dir=cfg.output_dir, **{k: getattr(cfg, k) for k in ("per_device_train_batch_size", "num_generations", "max_completion_length",
                   "learning_rate", "beta", "max_steps", "logging_steps", "report_to", "use_cpu", "save_strategy", "seed", "disable_tqdm", "dataloader_num_workers")},
@@ -80,6 +81,6 @@ print("DONE", tr.accelerator.process_index, tr.state.global_step, flush=True)
     p = subprocess.run([str(torchrun), "--nproc_per_node", "2", "--master_port", str(port), str(script)], capture_output=True, text=True,
                        env={**ENV, "ACCELERATE_USE_CPU": "true"}, cwd=ROOT, timeout=900)
     assert p.returncode == 0, p.stderr[-3000:]
-    rows = [l.split() for l in p.stdout.splitlines() if l.startswith("ROWS")]
+    rows = [l.split() for r in (0, 1) for l in (tmp_path / f"run-rows{r}.txt").read_text().splitlines()]
     assert {r[1] for r in rows} == {"0", "1"} and all(r[2] == "2" and int(r[3]) == 2 * int(r[4]) for r in rows), rows   # global rewards, local rows
     assert sum(r[1] == "1" for r in rows) >= 2 and "DONE 0 2" in p.stdout, p.stdout[-2000:]   # both processes took both steps
