@@ -370,7 +370,7 @@ TRL_SPELLING = ("learning_rate", "num_generations", "per_device_train_batch_size
                 "generation_batch_size", "max_completion_length", "loss_type", "epsilon", "epsilon_high", "scale_rewards", "num_iterations")
 
 def trl_spelled(argv:list[str]) -> list[str]:
-    "The options of `argv` (after `_spelled` and `--config`) spelled as GRPOConfig spells them and not as rl_notes does (`TRL_SPELLING`)."
+    "The options of `argv` (underscores read as dashes, --config expanded) spelled as GRPOConfig spells them and not as rl_notes does (`TRL_SPELLING`)."
     return list(dict.fromkeys(x.partition("=")[0] for x in argv if x.startswith("--") and x.partition("=")[0][2:].replace("-", "_") in TRL_SPELLING))
 
 def trl_mode(a) -> bool:
