@@ -234,7 +234,8 @@ TRL_OTHER = {  # GRPOConfig name -> `TrlOther`
     "use_cpu": TrlOther("refused", "the run goes where accelerate puts it: CUDA_VISIBLE_DEVICES= hides the GPUs"),
     **_each("accelerator_config parallelism_config fsdp fsdp_config deepspeed ddp_find_unused_parameters ddp_bucket_cap_mb "
             "ddp_broadcast_buffers ddp_static_graph ddp_backend ddp_timeout", "refused",
-            "data parallel comes from `accelerate launch` and its config; rl_notes has no FSDP or DeepSpeed path"),
+            "data parallel comes from `accelerate launch` and its config; the own trainer has no FSDP or DeepSpeed path: for them (and vLLM) "
+            "run TRL's trainer with rl_notes inside it, rl_notes.trl_trainer (nbs/examples/grpo_with_rl_notes.py)"),
     **_each("local_rank ds3_gather_for_generation", "ignored", "set by the launcher; accelerate reads the process's rank itself"),
     **_each("dataloader_drop_last dataloader_num_workers dataloader_pin_memory dataloader_persistent_workers dataloader_prefetch_factor "
             "dataloader_multiprocessing_context dataloader_in_order pad_to_multiple_of remove_unused_columns label_names length_column_name",

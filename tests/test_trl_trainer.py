@@ -84,3 +84,18 @@ print("DONE", tr.accelerator.process_index, tr.state.global_step, flush=True)
     rows = [l.split() for r in (0, 1) for l in (tmp_path / f"run-rows{r}.txt").read_text().splitlines()]
     assert {r[1] for r in rows} == {"0", "1"} and all(r[2] == "2" and int(r[3]) == 2 * int(r[4]) for r in rows), rows   # global rewards, local rows
     assert sum(r[1] == "1" for r in rows) >= 2 and "DONE 0 2" in p.stdout, p.stdout[-2000:]   # both processes took both steps
+
+
+@pytest.mark.slow
+def test_the_worked_example_runs(tmp_path):
+    "nbs/examples/grpo_with_rl_notes.py, the TRL script with one import changed, trains a tiny local model for 2 steps on the CPU."
+    pytest.importorskip("trl")
+    import json
+    from rl_notes.models import save_tiny_chat_model
+    model = save_tiny_chat_model(tmp_path / "model", vocab_size=300, hidden_size=32, num_layers=1)
+    (tmp_path / "p.jsonl").write_text("".join(json.dumps({"prompt": [{"role": "user", "content": f"What is {i}+1?"}], "answer": str(i + 1)}) + "\n"
+                                              for i in range(16)))
+    code = (f"import sys; sys.argv = ['x', '--model', {str(model)!r}, '--dataset', {str(tmp_path / 'p.jsonl')!r}, '--out', {str(tmp_path / 'run')!r}, "
+            f"'--max-steps', '2', '--cpu']; import runpy; runpy.run_path({str(ROOT / 'nbs' / 'examples' / 'grpo_with_rl_notes.py')!r}, run_name='__main__')")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
