@@ -98,12 +98,16 @@ def t_ppf(p:float,  # probability in (0, 1)
     if not 0.0 < p < 1.0: raise ValueError(f"t_ppf: `p` must be in (0, 1), got {p}")
     if p == 0.5: return 0.0
     if p < 0.5: return -t_ppf(1.0 - p, df)
-    lo, hi = 0.0, 1.0
-    while t_cdf(hi, df) < p: lo, hi = hi, 2.0 * hi
+    return _invert(lambda x: t_cdf(x, df), p, 1.0)
+
+def _invert(cdf, p:float, hi:float) -> float:
+    "The x >= 0 with cdf(x) = p, for an increasing cdf: doubling from `hi` until it is passed, then bisection to the last float."
+    lo = 0.0
+    while cdf(hi) < p: lo, hi = hi, 2.0 * hi
     for _ in range(200):
         mid = 0.5 * (lo + hi)
         if mid in (lo, hi): break
-        lo, hi = (mid, hi) if t_cdf(mid, df) < p else (lo, mid)
+        lo, hi = (mid, hi) if cdf(mid) < p else (lo, mid)
     return 0.5 * (lo + hi)
 
 # %% ../nbs/40_analysis.ipynb #7646d003
@@ -212,7 +216,7 @@ def verdict(tag:str,  # the claim's name, e.g. "D1"
     state = verdict_state(effect, min(e.lo, effect), max(e.hi, effect), sign, smallest)
     if history is None: history = meta.history if meta else "undeclared"
     print(f"VERDICT {tag}: {state} [{history}] | {what} {effect:+.3f} ± {se:.3f} over {n} {unit} "
-          f"({level:.0%} CI [{e.lo:+.3f}, {e.hi:+.3f}], p {e.p:.3f}) | {cond}")
+          f"({level:.0%} CI [{e.lo:+.3f}, {e.hi:+.3f}], p {e.p:.3f}) | {cond}; single start")   # the interval holds the SFT start fixed
     return state == "reproduced"
 
 # %% ../nbs/40_analysis.ipynb #92be01a5
@@ -460,13 +464,7 @@ def chi2_cdf(x:float, df:float) -> float:
 def chi2_ppf(p:float, df:float) -> float:
     "The p-quantile of a chi-square with `df` degrees of freedom (bisection on `chi2_cdf`)."
     if not 0.0 < p < 1.0: raise ValueError(f"chi2_ppf: `p` must be in (0, 1), got {p}")
-    lo, hi = 0.0, max(1.0, df)
-    while chi2_cdf(hi, df) < p: lo, hi = hi, 2.0 * hi
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        if mid in (lo, hi): break
-        lo, hi = (mid, hi) if chi2_cdf(mid, df) < p else (lo, mid)
-    return 0.5 * (lo + hi)
+    return _invert(lambda x: chi2_cdf(x, df), p, max(1.0, df))
 
 def sd_upper(sd:float,  # a sample standard deviation
              df:float,  # its degrees of freedom
