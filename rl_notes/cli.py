@@ -152,7 +152,7 @@ FIELD_GROUP = {  # config field -> --help section (TrainConfig and SFTConfig; a 
                      "sampler_temperature"), "generation"),
     **dict.fromkeys(("steps", "n_prompts", "lr", "critic_lr", "weight_decay", "max_grad_norm", "warmup_steps", "lr_scheduler_type", "min_lr_rate", "warmup_ratio", "seed", "threads", "micro_batch_size", "trim_micro_batches", "compact_generation", "share_prompt", "logprob_path",
                      "shard_rollouts", "batch_size", "warmup"), "optimisation"),
-    **dict.fromkeys(("n_eval", "eval_every", "save_every", "out_dir", "resume", "overwrite", "accept_changed", "stop_at", "report_to", "progress",
+    **dict.fromkeys(("n_eval", "eval_every", "save_every", "save_total_limit", "out_dir", "resume", "overwrite", "accept_changed", "stop_at", "report_to", "progress",
                      "doctor_every", "doctor_stop", "eval_n", "target_accuracy", "val_n"), "evaluation and logging"),
 }
 # option names older than the generated ones, and TRL's name of `teacher` (its DistillationConfig's and GKDConfig's; `TRL_NAMES` is GRPOConfig's)
@@ -565,6 +565,7 @@ def _train(a) -> int:
     given = {**_given(a, "TrainConfig", TRAIN_HAND), **trl}
     algo = getattr(a, "algo", None) or ("trl" if trl_mode(a) else "grpo")   # TRL's spelling without --algo: GRPOConfig's defaults
     given = {**PRESET_TRAIN.get(algo, {}), **given}       # trl: GRPOConfig's lr, completion length, schedule; flash_reinforce: G = 1
+    if a.dataset is not None: given.setdefault("n_train", None)   # your dataset's rows, all of them, unless --n-train caps them
     with warnings.catch_warnings(record=True) as caught:       # TRL's names that act only together (`from_trl`): one line each
         warnings.simplefilter("always")
         cfg = TrainConfig(model=a.model, algo=get_algo(algo, **{**_trl_set(a), **dict(a.algo_set or [])}), task=a.task or "addition",
@@ -696,6 +697,18 @@ def _run_code(run:dict, reward, dataset) -> list[str]:
     code = [s for s in (reward or []) if isinstance(s, str)] if reward is run.get("reward") else []
     return code + ([dataset] if isinstance(dataset, str) and dataset == run.get("dataset") and dataset.endswith(".py") else [])
 
+def _say_run_files(a, run:dict, dataset, reward):
+    "One line naming the files eval reads from the run's config.json (absolute, as the run recorded them), and whether the run was moved since."
+    theirs = ([f"dataset {dataset}"] if dataset is not None and dataset == run.get("dataset") else []) + \
+             [f"reward {s}" for s in (reward or []) if isinstance(s, str) and reward is run.get("reward")]
+    if not theirs: return
+    from rl_notes.data import is_hub_id  # heavy: datasets
+    was, now = run.get("out_dir"), str(Path(a.target or a.model).resolve())
+    moved = f"the run was written at {was}, now read at {now}; " if was and os.path.isabs(was) and os.path.realpath(was) != now else ""
+    missing = [p for p in ([dataset] if dataset == run.get("dataset") else []) if isinstance(p, str) and not is_hub_id(p) and not os.path.exists(p)]
+    if missing: raise UsageError(f"the run's dataset {missing[0]} is not there ({'moved with' if moved else 'removed since'} the run?); pass --dataset FILE")
+    print(f"rl_notes eval: {moved}reading the files its config.json records: {', '.join(theirs)} (--dataset / --reward name others)", file=sys.stderr)
+
 def _eval(a) -> int:
     "`rl_notes eval`: greedy decoding on held-out prompts, scored by the task's verifier or by reward functions."
     if a.n < 1: raise UsageError(f"--n must be >= 1 (test-split prompts to score), got {a.n}")
@@ -710,6 +723,7 @@ def _eval(a) -> int:
     if (code := _run_code(run, reward, dataset)) and not a.trust_run_code:   # a run directory from elsewhere runs no code of its own
         raise UsageError(f"the run's config.json names code that eval would import ({', '.join(code)}); pass --trust-run-code to import it, "
                          "or name the rewards with --reward")
+    _say_run_files(a, run, dataset, reward)
     if code: print(f"rl_notes eval: importing the run's code: {', '.join(code)}", file=sys.stderr)
     task = get_task(a.task or run.get("task") or "addition", **(_task_kw(a.task_arg) or run.get("task_kw") or {}))
     _check_model_arg(model)

@@ -11,8 +11,9 @@ from .checkpoint import (CheckpointError, _fsync_dir, recover_dir, complete_dir,
                                  write_json_atomic, read_state, save_checkpoint, load_checkpoint, weights_file)
 
 # %% auto #0
-__all__ = ['RUN_MARKER', 'RUN_FILES', 'RUNNER_FILES', 'EVAL_NAME', 'RUN_MODES', 'strict_row', 'MetricsLog', 'RunLock',
-           'read_marker', 'foreign', 'writes', 'run_files', 'claim_dir', 'run_mode', 'RunDir']
+__all__ = ['RUN_MARKER', 'RUN_FILES', 'RUNNER_FILES', 'EVAL_NAME', 'CHECKPOINT_NAME', 'RUN_MODES', 'strict_row', 'MetricsLog',
+           'RunLock', 'read_marker', 'foreign', 'checkpoint_dirs', 'writes', 'run_files', 'claim_dir', 'run_mode',
+           'RunDir']
 
 # %% ../nbs/27_rundir.ipynb #34142ef3
 def strict_row(row:dict) -> dict:
@@ -226,9 +227,17 @@ def _holds(entry:Path, path) -> bool:
 
 EVAL_NAME = re.compile(r"eval-[0-9a-f]{12}\.json")   # the cached evaluations a run writes (`RunDir.eval_file` of `lab_eval`'s 12-hex key)
 
+CHECKPOINT_NAME = re.compile(r"checkpoint-[0-9]+")   # the model directories `TrainConfig.save_total_limit` keeps (TRL's names)
+
+def checkpoint_dirs(d) -> list[Path]:
+    "The checkpoint-N entries of run directory `d` (directories or links), oldest step first."
+    d = Path(d)
+    names = [n for n in (os.listdir(d) if d.is_dir() else []) if CHECKPOINT_NAME.fullmatch(n)]
+    return [d / n for n in sorted(names, key=lambda n: int(n.split("-")[1]))]
+
 def writes(name:str) -> bool:
     "Is `name` one this code writes into a run directory (`RUN_FILES`, or a cached evaluation)? Only those are ever deleted."
-    return name in RUN_FILES or bool(EVAL_NAME.fullmatch(name))
+    return name in RUN_FILES or bool(EVAL_NAME.fullmatch(name) or CHECKPOINT_NAME.fullmatch(name))
 
 def run_files(d,
               keep=(),  # names to leave in place

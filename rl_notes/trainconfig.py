@@ -222,7 +222,7 @@ def get_algo(name:str|Algo,  # a preset name (`PRESETS`) or an `Algo`, returned 
 # %% ../nbs/21_trainconfig.ipynb #abe3bf9a
 # fields that may change between a run and its resumption (they do not change what is computed)
 RUN_CONTROL = ("steps", "resume", "overwrite", "stop_at", "save_every", "progress", "out_dir", "threads", "accept_changed", "save_adapter", "micro_batch_size", "trim_micro_batches", "compact_generation", "share_prompt",
-               "doctor_every", "doctor_stop")   # the live doctor reads the rows and may end the run: it computes nothing, so a resume may change it
+               "doctor_every", "doctor_stop", "save_total_limit")   # the live doctor reads the rows and may end the run: it computes nothing, so a resume may change it
 
 def _dataset_arg(v) -> str|None:
     "A `check` for `TrainConfig.dataset`: None, a path, or a `datasets.Dataset` / `DatasetDict` (anything with `column_names`)."
@@ -282,7 +282,7 @@ class TrainConfig:
     "Everything one RL run needs; `algo` is a preset name or an `Algo`."
     model: str = _f("", help="path of a Hugging Face causal-LM checkpoint + tokenizer (policy init and reference)")
     algo: str|Algo = _f("grpo", help="preset name or `Algo`")
-    task: str = _f("addition", help="task name for `rl_notes.tasks.get_task`")
+    task: str|None = _f("addition", help="task name for `rl_notes.tasks.get_task`; None (set for you when both `dataset` and `reward` are given, which leave a task nothing to do): no task")
     task_kw: dict = field(default_factory=dict, metadata=dict(help="keyword arguments of the task"))
     dataset: object = _f(None, check=lambda v: _dataset_arg(v), help="prompts with a `prompt` column: a path (jsonl / json / parquet / csv file, `save_to_disk` directory), a `datasets.Dataset` or `DatasetDict`; None: the task's")
     reward: list|None = _f(None, check=lambda v: _reward_specs(v), help="reward functions with TRL's signature, \"module:function\" / \"file.py:function\" or callables; None: the task's verifier")
@@ -326,10 +326,11 @@ class TrainConfig:
     share_prompt: bool = _f(False, help="the policy's log-prob passes run each distinct prompt once and a group's responses on its keys/values (`response_logprobs(share_prompt=True)`): the same values and gradients up to float order")
     compact_generation: bool = _f(False, help="drop finished responses from the sampler's batch and KV cache once a quarter of it has finished (`generate(compact=True)`): the same draws, the log-probs up to float order")
     trim_micro_batches: bool = _f(False, help="with micro_batch_size: sort a minibatch's responses by length into its micro-batches and cut each to its own longest response (the padding after it is never computed); the same loss and gradient up to float order; off when the 80/20 mask or Clip-Cov ranks tokens over the whole minibatch")
-    n_train: int = _f(20000, ge=1, help="size of the training prompt pool")
+    n_train: int|None = _f(20000, ge=1, help="size of the training prompt pool: a task's prompts drawn, a dataset's first rows; None (the command line's default with --dataset): all of a dataset's rows")
     n_eval: int = _f(200, ge=0, help="held-out prompts (greedy decoding)")
     eval_every: int = _f(25, ge=0, help="held-out evaluation every N steps (and at step 0 and at the end); 0: only at step 0")
     save_every: int = _f(0, ge=0, help="checkpoint every N steps; 0: only at the end")
+    save_total_limit: int|None = _f(None, ge=1, help="each save also writes out_dir/checkpoint-N/ (a model directory for from_pretrained, as TRL names it), keeping the latest N of them; None: none (ckpt/ resumes the run, model/ holds the latest)")
     seed: int = _f(0, help="seeds prompts, sampling and everything else")
     shard_rollouts: bool = _f(True, help="each process samples its own prompts; False: all sample the global batch (exactly equal to 1 process)")
     out_dir: str = _f("runs/run", check=_dir_path, help="metrics.jsonl, config.json and ckpt/ go here")
@@ -347,7 +348,11 @@ class TrainConfig:
         if isinstance(self.dataset, os.PathLike): self.dataset = os.fspath(self.dataset)
         if isinstance(self.algo, str): self.algo = get_algo(self.algo)
         elif isinstance(self.algo, dict): self.algo = Algo(**_known(Algo, self.algo))   # e.g. from config.json
+        if self.dataset is not None and self.reward: self.task, self.task_kw = None, {}   # the dataset's prompts, the rewards' scores: no task is read
         validate_config(self)
+        if self.task is None and not (self.dataset is not None and self.reward):
+            raise ValueError("TrainConfig.task=None needs both dataset (the prompts) and reward (their scores); name a task (e.g. 'addition') otherwise")
+        if self.n_train is None and self.dataset is None: raise ValueError("TrainConfig.n_train=None (all rows) needs a dataset; a task draws n_train prompts: give a number")
         a = self.algo
         if self.critic_init is not None and not a.uses_critic:
             raise ValueError(f"TrainConfig.critic_init is set ({self.critic_init!r}) but algo {a.name!r} has no critic (adv={a.adv!r})")
@@ -399,9 +404,9 @@ class TrainConfig:
 
     def to_dict(self):
         "JSON-able: a reward function given as a callable is written as its 'module:qualname', a dataset object as its fingerprint."
-        d = asdict(dataclasses.replace(self, dataset=None))   # a dataset object is not deep-copied
+        d = asdict(dataclasses.replace(self, dataset=None if self.dataset is None else ""))   # a dataset object is not deep-copied (a stand-in keeps the config valid)
         d["dataset"] = self.dataset if self.dataset is None or isinstance(self.dataset, str) else _dataset_label(self.dataset)
-        if d["reward"] is not None: d["reward"] = [reward_spec(r) for r in self.reward]   # as `RewardSet.config` writes them   # as `RewardSet.config` writes them
+        if d["reward"] is not None: d["reward"] = [reward_spec(r) for r in self.reward]   # as `RewardSet.config` writes them
         return d
     @classmethod
     def from_dict(cls, d:dict) -> TrainConfig:

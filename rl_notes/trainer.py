@@ -4,7 +4,7 @@
 
 # %% ../nbs/33_trainer.ipynb #7bfa91ff
 from __future__ import annotations
-import os, sys, json, math, time, copy, random, signal, hashlib, warnings, threading, dataclasses, contextlib
+import os, sys, json, math, time, copy, random, shutil, signal, hashlib, warnings, threading, dataclasses, contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 import numpy as np
@@ -19,7 +19,7 @@ from .data import RewardSet, load_dataset_splits, render_prompts, reward_spec, i
 from .tasks import get_task
 from .models import load_model, load_tokenizer, load_reward_model, apply_lora, enable_gradient_checkpointing, _quiet_hf, resolve_model, autocast_forward
 from .rollout import Rollout, NonFiniteLogits, generate, response_logprobs, evaluate
-from .rundir import RunDir, RunLock, run_mode
+from .rundir import RunDir, RunLock, run_mode, checkpoint_dirs
 from .checkpoint import CheckpointError
 from .cache import cache_dir, content_sha256
 from .trainconfig import (Algo, TrainConfig, RUN_CONTROL, PATH_FIELDS, late_absent, absolute_paths, _dataset_label, _reward_file, content_changes, paths_read, lr_factor, eval_due,
@@ -31,8 +31,8 @@ from .policies import Sampler, Reference, Teacher, teacher_dir
 
 # %% auto #0
 __all__ = ['heldout_eval', 'TrainingDiverged', 'seed_everything', 'Run', 'preflight', 'content_fingerprints', 'check_content',
-           'setup', 'PeerFailed', 'together', 'collect', 'advantages', 'update', 'heldout', 'log_row', 'checkpoint',
-           'value_pretrain_step', 'StopRequest', 'train']
+           'setup', 'PeerFailed', 'together', 'collect', 'advantages', 'update', 'heldout', 'log_row',
+           'keep_checkpoints', 'checkpoint', 'value_pretrain_step', 'StopRequest', 'train']
 
 # %% ../nbs/33_trainer.ipynb #f189dc6a
 def heldout_eval(model, tokenizer,
@@ -148,7 +148,7 @@ def _data(cfg:TrainConfig, task) -> tuple[list, list, RewardSet]:
         tr, te = load_dataset_splits(cfg.dataset, seed=cfg.seed, cache_dir=str(cache_dir("datasets")))   # datasets' copy under the one cache root
         name = cfg.dataset if isinstance(cfg.dataset, str) else _dataset_label(cfg.dataset)
         train_rows, test_rows, where = tr.to_list()[:cfg.n_train], te.to_list()[:cfg.n_eval], f"TrainConfig.dataset {name!r}"
-        if len(tr) > cfg.n_train:   # never silent: the cap is the lab's default, sized for its tasks
+        if cfg.n_train is not None and len(tr) > cfg.n_train:   # never silent: the cap is the lab's default, sized for its tasks
             warnings.warn(f"{where}: training on the first {cfg.n_train} of its {len(tr)} training rows (TrainConfig.n_train, --n-train); "
                           f"--n-train {len(tr)} uses them all")
     if cfg.reward: rewards = RewardSet(cfg.reward, cfg.reward_weights)
@@ -267,6 +267,7 @@ def _open_dir(run:Run):
     if cfg.resume and run.dir.ckpt.is_dir():
         check_content(run, run.dir.state())                            # the files it reads compared by content, not by spelling
         late = late_absent(cfg, run.dir.state()["config"])           # fields added since that checkpoint, at their old behaviour
+        if cfg.task is None: late += ("task", "task_kw")              # a dataset scored by rewards reads no task (older checkpoints named one)
         st, rows = run.dir.resume(cfg, run.acc, run.policy, run.opt, run.critic, run.copt, ignore=RUN_CONTROL + PATH_FIELDS + late,
                                   tensors=_ckpt_tensor_names(run, run.dir.state()))
         _restore_extras(run, st)
@@ -319,7 +320,7 @@ def setup(cfg:TrainConfig,  # the run
     _check_extras(cfg)                              # a missing optional package: one line, before any data or model is loaded
     if cfg.threads: torch.set_num_threads(cfg.threads)
     seed_everything(cfg.seed)
-    task = get_task(cfg.task, **cfg.task_kw)
+    task = get_task(cfg.task, **cfg.task_kw) if cfg.task is not None else None   # None: a dataset scored by reward functions
     train_rows, test_rows, rewards = _data(cfg, task)
     preflight(cfg, train_rows, test_rows, model_dir, extras=False)   # what would fail later (every prompt rendered), before any weights load
     run = Run(cfg, accelerator, task, train_rows, test_rows, rewards=rewards, content=content_fingerprints(cfg, model_dir=model_dir),
@@ -616,6 +617,15 @@ def log_row(run:Run, row:dict):
     if run.main: run.log.append(row)
     if run.reporter is not None: run.reporter.log(row)
 
+def keep_checkpoints(run:Run, step:int):
+    "Write out_dir/checkpoint-`step`/ (the model directory, as `export_model` writes it) and remove the oldest beyond `save_total_limit` (main process)."
+    out = Path(run.cfg.out_dir)
+    export_model(run, step, out / f"checkpoint-{step}")
+    if not run.main: return
+    for p in checkpoint_dirs(out)[:-run.cfg.save_total_limit]:
+        if p.is_symlink(): p.unlink()       # never followed
+        else: shutil.rmtree(p)
+
 def checkpoint(run:Run, step:int):
     "Save a checkpoint and the model directory when one is due (every `save_every` steps and after the last); never one with non-finite weights."
     cfg = run.cfg
@@ -625,6 +635,7 @@ def checkpoint(run:Run, step:int):
         raise TrainingDiverged(f"training diverged at step {step}: the weights are not finite; not saved, {_kept(run)}")
     run.dir.save(step, cfg, run.acc, run.policy, run.opt, run.critic, run.copt, **_ckpt_extras(run))
     export_model(run, step)   # out_dir/model: what one loads with from_pretrained
+    if cfg.save_total_limit: keep_checkpoints(run, step)   # TRL's checkpoint-N/ folders, the latest save_total_limit
     run.saved = step
 
 def value_pretrain_step(run:Run, k:int, mt:Meter):

@@ -5,6 +5,7 @@ import errno, hashlib, json, os, shutil
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import make_chat_world
 
 from rl_notes.cli import main
@@ -21,6 +22,7 @@ def turns(prompts, completions, **kw):
 def exits(prompts, completions, **kw): sys.exit(3)
 def one_row(prompts, completions, answer, **kw): return [1 / (int(a) % 2) for a in answer]   # fails on even answers
 def huge(prompts, completions, **kw): return [3e38] * len(prompts)
+def varied(prompts, completions, **kw): return [float(sum(map(ord, c[0]["content"])) % 3) for c in completions]   # advantages not all 0: the weights move
 def ctrl_c(prompts, completions, **kw): raise KeyboardInterrupt
 def sigterm(prompts, completions, **kw):
     import os, signal
@@ -219,6 +221,34 @@ def test_sigterm_and_sighup_stop_as_ctrl_c_does(world, tmp_path, capsys, sig, st
     capsys.readouterr()
     strip = lambda d: [{k: v for k, v in json.loads(l).items() if not k.startswith("time")} for l in (d / "metrics.jsonl").read_text().splitlines()]
     assert strip(run) == strip(ref)
+
+
+@pytest.mark.parametrize("moment", ["generation", "update", "checkpoint", "export"])
+def test_sigterm_at_each_moment_resumes_to_the_same_run(world, tmp_path, capsys, monkeypatch, moment):
+    "SIGTERM arriving while step 1 generates, updates, writes its checkpoint or exports its model: exit 143, and --resume reaches the metrics and weights of a run never stopped."
+    import signal
+    import rl_notes.trainer as T
+    from rl_notes.rundir import RunDir
+    from safetensors.torch import load_file
+    owner, name = {"generation": (T, "generate"), "update": (T, "update"), "checkpoint": (RunDir, "save"), "export": (T, "export_model")}[moment]
+    real, sent = getattr(owner, name), []
+    def signalled(*a, **k):
+        if not sent: sent.append(1); os.kill(os.getpid(), signal.SIGTERM)   # the handler runs here, in the middle of the call
+        return real(*a, **k)
+    run, ref = tmp_path / "run", tmp_path / "ref"
+    extra = ("--steps", "3", "--save-steps", "1", "--learning-rate", "0.01")
+    monkeypatch.setattr(owner, name, signalled)
+    one_line(capsys, main(args(world, run, *extra, reward="varied")), 143, "interrupted (SIGTERM) (at step 1); the last checkpoint (step 1)")
+    monkeypatch.setattr(owner, name, real)
+    assert main(args(world, run, *extra, "--resume", reward="varied")) == 0
+    assert main(args(world, ref, *extra, reward="varied")) == 0                            # the same run, never stopped
+    capsys.readouterr()
+    strip = lambda d: [{k: v for k, v in json.loads(l).items() if not k.startswith("time")} for l in (d / "metrics.jsonl").read_text().splitlines()]
+    assert strip(run) == strip(ref) and [r["step"] for r in strip(ref)] == [0, 1, 2, 3]
+    a, b = load_file(run / "model" / "model.safetensors"), load_file(ref / "model" / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    start = load_file(world / "model" / "model.safetensors")
+    assert any(not torch.equal(a[k], start[k]) for k in a)                                      # the steps moved the weights
 
 
 def test_an_unwritable_cache_root_is_one_line(world, tmp_path, capsys, monkeypatch):

@@ -435,3 +435,13 @@ def test_lr_scheduler_kwargs_on_the_command_line(cli_cfg):
     assert code == 0 and math.isclose(cfg.min_lr_rate, 0.1), err
     code, _, _, err = cli_cfg("--lr-scheduler-kwargs", '{"num_cycles": 2}')
     assert code == 2 and "reads only" in one_line(err)
+
+
+def test_save_total_limit_is_trl_s(cli_cfg):
+    "--save-total-limit N: each save also writes checkpoint-N/ (TRL's folders), the latest N kept; left out, none are written."
+    code, cfg, _, err = cli_cfg("--save-steps", 5, "--save-total-limit", 2)
+    assert code == 0 and (cfg.save_every, cfg.save_total_limit) == (5, 2), err
+    code, cfg, _, err = cli_cfg("--save-steps", 5)
+    assert code == 0 and cfg.save_total_limit is None, err
+    code, _, _, err = cli_cfg("--save-total-limit", 0)
+    assert code == 2 and "save_total_limit" in one_line(err)

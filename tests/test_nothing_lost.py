@@ -252,6 +252,11 @@ def test_a_cap_on_the_users_rows_is_said(world, tmp_path, capsys):
     capsys.readouterr()
     said = [str(x.message) for x in w if "training on the first 4 of its" in str(x.message)]
     assert len(said) == 1 and "--n-train" in said[0]
+    with warnings.catch_warnings(record=True) as w:                   # without --n-train: all of the user's rows, no cap
+        warnings.simplefilter("always")
+        assert main(args(world, tmp_path / "all", "--steps", "1")) == 0
+    assert not [x for x in w if "training on the first" in str(x.message)]
+    assert json.loads((tmp_path / "all" / "config.json").read_text())["n_train"] is None
 
 
 @pytest.mark.parametrize("pattern", ["eval-*.json", "*"])
@@ -340,6 +345,19 @@ def test_eval_imports_run_code_only_when_trusted(world, tmp_path, capsys):
     assert main(["eval", str(run), "--n", "2", "--reward", f"{world / 'rewards.py'}:says"]) == 0    # named by the user: no flag needed
     assert not (tmp_path / "their_rewards.py.imported").exists()
     capsys.readouterr()
+
+
+def test_eval_of_a_moved_run_names_the_files_it_reads(world, tmp_path, capsys):
+    "A run directory moved elsewhere: eval says where it was written and which recorded (absolute) dataset and reward files it reads; a recorded dataset that is gone is one line."
+    data = tmp_path / "data.jsonl"; shutil.copy(world / "chat.jsonl", data)
+    run, moved = tmp_path / "run", tmp_path / "elsewhere" / "run"
+    assert main(args(world, run, "--steps", "1", dataset=data) + ["--max-new-tokens", "4"]) == 0
+    moved.parent.mkdir(); run.rename(moved); capsys.readouterr()
+    assert main(["eval", str(moved), "--n", "2", "--trust-run-code"]) == 0
+    err = capsys.readouterr().err
+    assert f"the run was written at {run}, now read at {moved}" in err and f"dataset {data}" in err and f"reward {world / 'rewards.py'}:says" in err
+    data.unlink()
+    one_line(capsys, main(["eval", str(moved), "--n", "2", "--trust-run-code"]), 2, ERR, f"the run's dataset {data} is not there", "pass --dataset FILE")
 
 
 # (5) checks before the model loads and before any run directory is created

@@ -224,3 +224,35 @@ def test_truncated_sampling_ratio_is_one_on_policy(micro_sft, tmp_path):
                           out_dir=str(tmp_path / "_".join(map(str, kw.values()))), **kw)
         rows = [r for r in train(cfg) if r.get("ratio_mean") is not None]
         assert len(rows) == 2 and all(abs(r["ratio_mean"] - 1) < 1e-5 for r in rows), (kw, [r["ratio_mean"] for r in rows])
+
+
+def test_save_total_limit_keeps_the_latest_checkpoint_folders(tmp_path):
+    "TRL's checkpoint-N/ folders: each save writes one (a model directory), the latest save_total_limit stay, a planted link is never followed."
+    import json
+    from conftest import make_chat_world
+    from rl_notes.models import load_model
+    from rl_notes.trainer import train
+    w = make_chat_world(tmp_path, "def one(prompts, completions, **kw): return [float(sum(map(ord, c[0]['content'])) % 3) for c in completions]\n")
+    outside = tmp_path / "outside"; outside.mkdir(); (outside / "keep.txt").write_text("user data")
+    run = tmp_path / "run"
+    kw = dict(model=str(w / "model"), dataset=str(w / "chat.jsonl"), reward=[str(w / "rewards.py") + ":one"], steps=4, save_every=1,
+              n_prompts=2, group_size=2, max_new_tokens=3, n_eval=0, progress=False, threads=1, out_dir=str(run))
+    train(TrainConfig(**kw, save_total_limit=2, stop_at=2))
+    assert sorted(p.name for p in run.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
+    (run / "checkpoint-3").symlink_to(outside)   # planted where step 3's folder will go
+    train(TrainConfig(**kw, save_total_limit=2, resume=True))
+    assert sorted(p.name for p in run.glob("checkpoint-*")) == ["checkpoint-3", "checkpoint-4"]
+    assert (outside / "keep.txt").read_text() == "user data" and sorted(p.name for p in outside.iterdir()) == ["keep.txt"]
+    for n in (3, 4):
+        assert json.loads((run / f"checkpoint-{n}" / "rl_notes_export.json").read_text())["step"] == n
+    m3, _ = load_model(run / "checkpoint-3"); m4, _ = load_model(run / "model")
+    assert any(not torch.equal(a, b) for a, b in zip(m3.parameters(), m4.parameters()))   # step 3's weights, not the last
+    cfg = json.loads((run / "config.json").read_text())
+    assert cfg["task"] is None and cfg["task_kw"] == {}   # a dataset scored by reward functions reads no task
+
+
+def test_task_none_needs_dataset_and_reward():
+    with pytest.raises(ValueError, match=r"TrainConfig.task=None needs both dataset"):
+        TrainConfig(model="m", task=None)
+    assert TrainConfig(model="m", dataset="d.jsonl", reward=["r.py:f"], task="countdown").task is None
+    assert TrainConfig(model="m", dataset="d.jsonl").task == "addition"   # the task's verifier scores the dataset
