@@ -114,7 +114,7 @@ def main():
             fmt = lambda v: "-" if v is None else f"{v:.1e}"
             ratio = f"{r['time'] / b['time']:.2f}x" if b else "-"
             print(f"| {shape} | {'fwd+bwd' if bw else 'fwd'} | {m} | {r['time']:.3f} | {ratio} | {r['extra']:.3f} | {fmt(r['err_lp'])} | {fmt(r['err_ent'])} |")
-    # the summary lines (RESULT what | result) that the notebooks print and README's results table collects
+    # the summary lines (RESULT what | result) that the notebooks print and the results page (nbs/results.ipynb) collects
     Vmax = max(s[2] for s in shapes)
     big = [(bw, res) for (s, bw, res) in rows if s[2] == Vmax]
     def span(bw, m, base, key="time"):

@@ -76,7 +76,7 @@ def main():
             t_loop = timeit(lambda: gae_reference(r32, v32, m, 1.0, gl), max(3, a.repeats // 2), dev)
             print(f"| {name} | {gl} | {t_loop*1e3:.1f} | {t_fast*1e3:.2f} | {t_loop/t_fast:.0f}x | {err:.1e} | {err_loop:.1e} | {finite} |")
             res.append((name, gl, t_loop / t_fast, err, finite))
-    # the summary line (RESULT what | result) that 10_ppo prints and README's results table collects
+    # the summary line (RESULT what | result) that 10_ppo prints and the results page (nbs/results.ipynb) collects
     sp = {n: [r[2] for r in res if r[0] == n] for n in dict.fromkeys(r[0] for r in res)}   # speed-ups per case, over gamma*lam
     print(f"\nRESULT `gae` vs the per-timestep loop, float32, {'CUDA' if dev == 'cuda' else f'{a.threads} CPU thread(s)'} | "
           + ", ".join(f"{min(v):.0f}x" + (f"-{max(v):.0f}x" if len(v) > 1 else "") + f" ({n})" for n, v in sp.items())

@@ -164,7 +164,7 @@ def main():
         rss, wb = lora[r]
         print(f"| {label} | {wb / 2**20:.1f} MiB | {rss / 2**20:.0f} MiB |")
     print(f"\n(total benchmark time {time.time() - t_start:.0f} s)")
-    # one line per claim, collected into the README's results table
+    # one line per claim, collected into the results page (nbs/results.ipynb)
     ratio = lambda f: ", ".join(f"{f(gen, step):.2f}x" for _, _, _, _, gen, step in rows)
     sizes = "char Llama at 6 / 42 new tokens, random Qwen2 (V=32000) at 64"
     print(f"RESULT rl_notes `generate` vs `model.generate` + decode + log-prob pass ({sizes}) | "

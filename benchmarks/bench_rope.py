@@ -88,7 +88,7 @@ def main():
     mq, mk = meta_complex(q, k, freqs_cis); oq, ok = apply_rope(q, k, c, s, layout="interleaved")
     e = max((oq - mq).abs().max().item(), (ok - mk).abs().max().item())
     print(f"| float32, interleaved, vs Meta's complex multiply | {tm['meta']*1e3:.1f} | {tm['ours']*1e3:.1f} | {tm['meta']/tm['ours']:.2f}x | {tmin['meta']/tmin['ours']:.2f}x | {e:.2g} | 0 |")
-    # the summary line (RESULT what | result) that 01_rope prints and README's results table collects
+    # the summary line (RESULT what | result) that 01_rope prints and the results page (nbs/results.ipynb) collects
     print(f"\nRESULT `apply_rope` vs transformers' `apply_rotary_pos_emb`, q ({B},{H},{T},{D}), {hw} | "
           f"{speed['float32'][0]:.2f}x faster in float32 (error {speed['float32'][1]:.1e}), {speed['bfloat16'][0]:.2f}x in bfloat16 (medians of {a.repeats})")
 

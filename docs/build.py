@@ -132,6 +132,14 @@ def heading_aliases(md):
         out.append(line)
     return '\n'.join(out)
 
+def _readme_fill():
+    "`fill(text, link)` of .ci/readme.py: the same markers README fills, filled the same way."
+    import importlib.util
+    spec = importlib.util.spec_from_file_location('rl_notes_readme', ROOT/'.ci'/'readme.py')
+    mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
+    return mod.fill
+
+
 def convert(proc_nb, pages, title_fallback):
     "Processed (Quarto-style) notebook -> myst-nb notebook."
     nb = json.loads(proc_nb.read_text(encoding='utf-8'))
@@ -350,6 +358,10 @@ def stage():
           '```{toctree}\n:hidden:\n:caption: Reference\n\napi/index\n```\n'
     if 'index' in staged:
         nb = json.loads(staged['index'])
+        fill = _readme_fill()   # the index's markers (headline verdicts, scope, layer picture, where a change goes), as README has them
+        for c in nb['cells']:
+            if c['cell_type'] == 'markdown' and '<!-- ' in _src(c):
+                c['source'] = fill(_src(c), lambda stem: f"[{stem}]({pages.get(stem, stem)}.html)")
         nb['cells'].append({'id': 'toc', 'cell_type': 'markdown', 'metadata': {}, 'source': toc})
         staged['index'] = json.dumps(nb, ensure_ascii=False, indent=1)
     else:   # nbs/index.ipynb not written yet: a plain landing page

@@ -69,17 +69,20 @@ def test_extraction():
     assert len(unprinted(["0.535 and 2.1x"], printed)) == 2
 
 def test_notebook_prose_numbers_are_printed():
-    hits = [h for p in sorted(ROOT.glob("nbs/*.ipynb")) if p.name != "index.ipynb" for h in notebook_report(p)]
+    hits = [h for p in sorted(ROOT.glob("nbs/*.ipynb")) if p.name not in PAGES for h in notebook_report(p)]
     assert not hits, f"{len(hits)} numbers in the notebooks' prose that no cell output or code of the notebook prints:\n" + "\n".join(hits)
 
+PAGES = ("index.ipynb", "house.ipynb")   # pages of prose about the whole project: their numbers are checked against every notebook
+
+
 def test_readme_numbers_are_printed():
-    "README's prose and its results table rows (index.ipynb) quote only numbers that some notebook prints."
+    "README's prose (index.ipynb) and the house page quote only numbers that some notebook prints."
     texts = []
     for p in sorted(ROOT.glob("nbs/*.ipynb")):
         for c in _cells(p):
             texts.append(_out_text(c))
             if c["cell_type"] == "code": texts.append("".join(c["source"]))
     printed = known_numbers(texts)
-    md = ["".join(c["source"]) for c in _cells(ROOT / "nbs" / "index.ipynb") if c["cell_type"] == "markdown"]
+    md = ["".join(c["source"]) for page in PAGES for c in _cells(ROOT / "nbs" / page) if c["cell_type"] == "markdown"]
     hits = unprinted(md, printed)
     assert not hits, f"{len(hits)} numbers in index.ipynb (README) that no notebook prints:\n" + "\n".join(hits)

@@ -1,5 +1,5 @@
-"""Every surface shows every verdict: README's verdict table, the claims page's and 50_failure_modes' hold one row per VERDICT line
-that the notebooks print, with the same state and history, and every VERDICT id has a declared history (`rl_notes.analysis.VERDICT_META`)."""
+"""Every surface shows every verdict: the claims page's and 50_failure_modes' verdict tables hold one row per VERDICT line
+that the notebooks print, README's headline table one row per record across starts, with the same state and history, and every VERDICT id has a declared history (`rl_notes.analysis.VERDICT_META`)."""
 import json
 from pathlib import Path
 
@@ -38,12 +38,26 @@ def test_every_verdict_id_is_declared():
 
 def test_surfaces_hold_the_same_verdict_rows():
     rows = verdict_rows(NBS)
-    readme = table_rows((ROOT / "README.md").read_text(encoding="utf-8"))
     claims = table_rows(_markdown_outputs("claims.ipynb"))
     summary = table_rows(_markdown_outputs("50_failure_modes.ipynb"))
-    assert len(readme) == len(claims) == len(summary) == len(rows), \
-        f"verdict rows: README {len(readme)}, claims page {len(claims)}, 50_failure_modes {len(summary)}, VERDICT lines {len(rows)}"
+    assert len(claims) == len(summary) == len(rows), \
+        f"verdict rows: claims page {len(claims)}, 50_failure_modes {len(summary)}, VERDICT lines {len(rows)}"
     # the same claim, state, history, effect, interval, p and conditions on every surface (the notebook column links differently)
-    assert [r[:-1] for r in readme] == [r[:-1] for r in claims] == [r[:-1] for r in summary]
-    for r, cells in zip(rows, readme):
+    assert [r[:-1] for r in claims] == [r[:-1] for r in summary]
+    for r, cells in zip(rows, claims):
         assert cells[0] == r.v.id and cells[1].startswith(f"**{r.state}**") and cells[2].startswith(r.meta.history)
+
+
+def test_readme_headline_holds_every_record_across_starts():
+    "README's headline table: one row per record measured across starts, the same rows the claims page shows."
+    from rl_notes.analysis import verdict_records
+    head = "| claim | verdict | effect (± s.e.) |"
+    def block(text):
+        lines = text.splitlines(); i = next(i for i, l in enumerate(lines) if l.startswith(head)); out = []
+        for l in lines[i + 2:]:
+            if not l.startswith("| "): break
+            out.append(l.split(" | ")[:-1])
+        return out
+    recs = [r for r in verdict_records(NBS) if r["n_starts"] > 1]
+    readme, claims = block((ROOT / "README.md").read_text(encoding="utf-8")), block(_markdown_outputs("claims.ipynb"))
+    assert len(readme) == len(recs) == len(claims) and readme == claims
