@@ -95,7 +95,7 @@ _LATE_PRESETS = ("trl",)
 # presets whose estimator and loss no micro run exercises, and why (`coverage` lists them with the reason); a micro run of them would
 # change the rl key
 _UNRUN_PRESETS = {"flash_reinforce": "its `batch-mean` estimator and `flash_reinforce` loss are checked against the reference implementation's "
-                                     "`flashreinforce_loss` (loss and gradient to 1e-6) and trained for a few steps in tests/test_flash_reinforce.py"}
+                                     "`flashreinforce_loss` (loss and gradient to 1e-6) and trained for a few steps in tests/test_family_flash_reinforce.py"}
 
 RL_RUNS = {  # name -> (task (a `TASK_KW` key), algo, TrainConfig fields): every preset, then every flag the experiments set
     **{p: ("add1", get_algo(p, **({"cache_len": 2} if PRESETS[p].get("soft_overlong") else {}),
@@ -277,16 +277,16 @@ NOT_BEHAVIOUR = {  # fields no micro run needs to set, and why
           "a micro run of those losses would change the rl key"
        for f in ("sapo_temperature_pos", "sapo_temperature_neg", "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")},
     **{f: "a gate by name (`rl_notes.offpolicy.GATE_PRESETS`): the same `gate` that tis / rs / opsm_delta, set by micro runs, go through; "
-          "each preset reproduces its function bit for bit in 16_offpolicy and tests/test_gate.py; a micro run of it would change the offpolicy key"
+          "each preset reproduces its function bit for bit in 16_offpolicy and tests/test_offpolicy_gate.py; a micro run of it would change the offpolicy key"
        for f in ("gate", "gate_low", "gate_high")},
     **{f: "on-policy distillation (`18_distill`): the full-vocabulary reverse KL checked against TRL's GKD and distillation losses, and short runs "
           "with a teacher (the reverse KL falls, resume is exact), in tests/test_distill.py; a micro run with a teacher would change the rl key"
        for f in ("teacher", "distill_coef")},
     **{f: "the entropy bonus (TRL's entropy_coef, fixed or adaptive), checked against TRL's own `_compute_loss` on the same tensors, and in short "
-          "runs with exact resume, in tests/test_entropy_bonus.py; a micro run of it would change the rl key"
+          "runs with exact resume, in tests/test_algo_entropy_bonus.py; a micro run of it would change the rl key"
        for f in ("entropy_coef", "use_adaptive_entropy", "entropy_coef_min", "entropy_coef_max", "entropy_coef_delta", "entropy_target")},
     "flash_delta": "the admission bound of the flash_reinforce loss, which no micro run uses (`_UNRUN_PRESETS`): checked against the reference "
-                   "implementation's `flashreinforce_loss` in tests/test_flash_reinforce.py; a micro run of it would change the rl key",
+                   "implementation's `flashreinforce_loss` in tests/test_family_flash_reinforce.py; a micro run of it would change the rl key",
 }
 UNCOVERED_TASKS = {"math": "needs a local data file (`data_files`) and a chat template the micro tokenizer lacks"}
 

@@ -243,3 +243,18 @@ def test_table_reader():
     layers, groups, _ = read_tables(text)
     assert layers[3][-2:] == ["newmod", "lab"] and groups["newmod"] == "L3 lab"
     assert len(LAYER_OF) == sum(map(len, LAYERS.values())), "a module is listed twice in the map"
+
+
+# ---- tests are named after the module they test
+
+PROJECT_TESTS = {  # checks of the project as a whole, not of one module
+    "accelerate": "the trainer under accelerate's data parallel (two processes)", "claims": "the claims page", "figures": "committed figures",
+    "gpu": "the CUDA paths", "gpu_cells": "the notebooks' #| gpu cells", "gpu_check": ".ci/gpu_check.py", "layers": "this file",
+    "makefile": "the Makefile", "numbers": "numbers in prose", "packaging": "the wheel", "verdicts": "the verdict surfaces",
+    "words": "the words of the notebooks", "nothing_lost": "a user's files across the command line's failures"}
+
+def test_tests_are_named_after_their_module():
+    mods = {p.stem for p in SRC.glob("*.py") if not p.stem.startswith("_")}
+    bad = [p.name for p in sorted((ROOT / "tests").glob("test_*.py"))
+           if not any(p.stem[5:] == m or p.stem[5:].startswith(m + "_") for m in mods | set(PROJECT_TESTS))]
+    assert not bad, f"test files not named after a module of {PKG} (test_<module>[_<topic>].py) nor in PROJECT_TESTS: {bad}"
