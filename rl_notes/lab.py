@@ -9,6 +9,7 @@ from pathlib import Path
 from safetensors.torch import load_model as st_load_model
 from .trainconfig import TrainConfig, RUN_CONTROL, KEY_LATE, OFFPOLICY_FIELDS, offpolicy_settings
 from .trainer import train, content_fingerprints
+from .population import train_population, population_problem
 from .models import load_model
 from .sft import SFTConfig, sft_config, sft_train
 from .rollout import sample_eval
@@ -21,8 +22,9 @@ from .configs import open_append
 
 # %% auto #0
 __all__ = ['LAB_LOCK', 'LAB_BUSY', 'SFT_STATE', 'designs', 'start_hash', 'run_starts', 'lab_code', 'lab_key', 'lab_done',
-           'lab_job', 'lab_runs', 'sft_key', 'sft_cache_path', 'sft_warm_start', 'lab_policy', 'lab_eval', 'lab_rekey',
-           'lab_dir', 'arm_cfgs', 'lab_pass1', 'upper_clip_log', 'same_batch_updates', 'final_values', 'Design']
+           'lab_job', 'lab_population_job', 'lab_runs', 'sft_key', 'sft_cache_path', 'sft_warm_start', 'lab_policy',
+           'lab_eval', 'lab_rekey', 'lab_dir', 'arm_cfgs', 'lab_pass1', 'upper_clip_log', 'same_batch_updates',
+           'final_values', 'Design']
 
 # %% ../nbs/37_lab.ipynb #7beb11b5
 LAB_LOCK = ".lab.lock"  # the lock `lab_job` holds on a run directory while it works there
@@ -105,34 +107,81 @@ def lab_job(path:str,  # a job.json written by `lab_runs`: {"cfg": TrainConfig d
         return 0
     finally: rd.close()
 
+def lab_population_job(paths:list[str],  # job.json files written by `lab_runs` for runs of one design
+                      ) -> int:  # 0; 1 if a member failed (its error in the output); `LAB_BUSY` when another live process holds one of the runs
+    "Run lab jobs as one population in this process (`rl_notes.population.train_population`) under each run's lock; each member writes its own done.json."
+    jobs = [json.loads(Path(p).read_text()) for p in paths]
+    rds = [RunDir(Path(j["cfg"]["out_dir"]), lock=LAB_LOCK) for j in jobs]
+    held = []
+    try:
+        for rd in rds:
+            try: rd.lock.acquire(); held.append(rd)
+            except CheckpointError as e: print(e, file=sys.stderr); return LAB_BUSY
+        cfgs = [TrainConfig.from_dict({**j["cfg"], "resume": False}) for j in jobs]
+        todo = [k for k, (c, j) in enumerate(zip(cfgs, jobs)) if j.get("force") or not lab_done(rds[k].path, c)]   # others finished meanwhile
+        for k in todo: rds[k].prepare("overwrite", keep=(RunDir.LOG,))
+        t0 = time.time()
+        res = train_population([cfgs[k] for k in todo]) if todo else []
+        wall, failed = round(time.time() - t0, 1), 0
+        for k, r in zip(todo, res):
+            if isinstance(r, BaseException):
+                failed += 1; print(f"{rds[k].path}: {type(r).__name__}: {r}", file=sys.stderr); continue
+            rds[k].mark_done({"wall_s": wall, "steps": r[-1]["step"], "resumed": False, "threads": jobs[k]["cfg"]["threads"],
+                              "code": lab_code(cfgs[k]), "start": run_starts(cfgs[k]), "path": f"population of {len(todo)}"})
+        return 1 if failed else 0
+    finally:
+        for rd in held: rd.close()
+
+
 # %% ../nbs/37_lab.ipynb #da49dd81
-def _spawn(out:Path):
-    rd = RunDir(out); log = open_append(rd.log_file)
-    cmd = [sys.executable, "-c", "import sys; from rl_notes.lab import lab_job; sys.exit(lab_job(sys.argv[1]))", str(rd.job_file)]
+def _spawn(outs:tuple):
+    "A subprocess for one run (`lab_job`), or for several of one design as a population (`lab_population_job`); its output goes to the first run's log."
+    rd = RunDir(outs[0]); log = open_append(rd.log_file)
+    if len(outs) == 1:
+        cmd = [sys.executable, "-c", "import sys; from rl_notes.lab import lab_job; sys.exit(lab_job(sys.argv[1]))", str(rd.job_file)]
+    else:
+        cmd = [sys.executable, "-c", "import sys; from rl_notes.lab import lab_population_job; sys.exit(lab_population_job(sys.argv[1:]))",
+               *[str(RunDir(o).job_file) for o in outs]]
     return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), log
+
+def _units(todo:list, cfg_of:dict, population:int|None) -> list[tuple]:
+    "The jobs as units of work: one run each, or (with `population`) runs of one design in groups of up to `population`; a run with a checkpoint to resume stays alone."
+    if not population or population < 2: return [(o,) for o in todo]
+    groups, alone = {}, []
+    for o in todo:
+        c = cfg_of[o]
+        if population_problem([c]) or RunDir(o).has_checkpoint(): alone.append((o,)); continue
+        key = json.dumps({k: v for k, v in c.to_dict().items() if k not in ("seed", "model", "out_dir", *RUN_CONTROL)}, sort_keys=True, default=str)
+        groups.setdefault(key, []).append(o)
+    units = [tuple(g[k:k + population]) for g in groups.values() for k in range(0, len(g), population)]
+    return units + alone
 
 def lab_runs(cfgs:list,  # configs (`rl_notes.trainer.TrainConfig`); their out_dir is set to root/<lab_key>
              root:str|None=None,  # cache directory; default `cache_dir("lab")`
-             workers:int=3,  # runs at once, each in its own process
+             workers:int=3,  # processes at once
              force:bool=False,  # re-run even if a finished run exists
+             population:int|None=None,  # train up to this many runs of one design in one process as a population (`rl_notes.population`); None: one run per process
             ) -> list[list[dict]]:  # the metric rows of each run, in the order of `cfgs`
     "Run RL lab configs in parallel subprocesses, cached on disk by config and behaviour key; returns each run's metric rows."
     root = Path(root) if root else cache_dir("lab")
     jobs = [_lab_prepare(cfg, root, force) for cfg in cfgs]
     cfg_of = dict(zip(jobs, cfgs))
-    todo, running = list(dict.fromkeys(o for o in jobs if force or not lab_done(o, cfg_of[o]))), {}
-    while todo or running:
-        for o in [o for o in todo if o not in running]:
-            if not force and lab_done(o, cfg_of[o]): todo.remove(o); continue
-            if RunDir(o, lock=LAB_LOCK).lock.owner() is not None: continue          # another process trains it: wait for it
-            if len(running) < workers: running[o] = _spawn(o)
+    todo = list(dict.fromkeys(o for o in jobs if force or not lab_done(o, cfg_of[o])))
+    units, running = _units(todo, cfg_of, population), {}
+    while units or running:
+        for u in [u for u in units if u not in running]:
+            if not force and all(lab_done(o, cfg_of[o]) for o in u): units.remove(u); continue
+            if any(RunDir(o, lock=LAB_LOCK).lock.owner() is not None for o in u): continue   # another process trains one: wait for it
+            if len(running) < workers: running[u] = _spawn(u)
         time.sleep(1)
-        for o, (p, log) in list(running.items()):
+        for u, (p, log) in list(running.items()):
             if p.poll() is None: continue
-            del running[o]; log.close()
-            if p.returncode == 0: todo.remove(o)
-            elif p.returncode != LAB_BUSY: raise RuntimeError(f"lab run {o} failed (exit {p.returncode}); see {RunDir(o).log_file}")
+            del running[u]; log.close()
+            if p.returncode == 0: units.remove(u)
+            elif p.returncode != LAB_BUSY: raise RuntimeError(f"lab run {u[0]}{f' (a population of {len(u)})' if len(u) > 1 else ''} failed "
+                                                              f"(exit {p.returncode}); see {RunDir(u[0]).log_file}")
     return [RunDir(o).metrics.read() for o in jobs]
+
 
 # %% ../nbs/37_lab.ipynb #76062f06
 SFT_STATE = "sft_config.json"  # the cache entry's record; written last, with the sha256 of every other file

@@ -166,6 +166,12 @@ def _decode(tokenizer, resp:torch.Tensor, n_text:torch.Tensor) -> list[str]:
     return [texts[s] for s in seqs]
 
 # %% ../nbs/25_rollout.ipynb #efc028b5
+def _sample_blocks(logits, temperature, gen, keep=None):
+    "`_sample`, with a list of generators: the rows in equal blocks, block i drawn by generator i."
+    if not isinstance(gen, list): return _sample(logits, temperature, gen, keep)
+    b = logits.shape[0] // len(gen)
+    return torch.cat([_sample(logits[i * b:(i + 1) * b], temperature, g, None if keep is None else keep[i * b:(i + 1) * b]) for i, g in enumerate(gen)])
+
 @torch.no_grad()
 def generate(model,  # a causal LM (e.g. `tiny_llama` or `load_model`)
              tokenizer,  # its tokenizer (prompts are left-padded; without a pad token, with EOS)
@@ -176,7 +182,7 @@ def generate(model,  # a causal LM (e.g. `tiny_llama` or `load_model`)
              top_p:float=1.0,  # nucleus sampling mass (1.0: off)
              top_k:int=0,  # sample from the k most likely tokens (0: off)
              min_p:float=0.0,  # sample from the tokens with at least min_p x the largest probability (0.0: off)
-             seed:int|None=None,  # seeds a private generator (None: the global RNG)
+             seed:int|list|None=None,  # seeds a private generator (None: the global RNG); a list of n seeds: the batch in n equal blocks of rows, each drawn by its own generator
              greedy:bool=False,  # argmax instead of sampling
              cache:str="dynamic",  # "dynamic": keys/values grown each step; "static": pre-allocated for P + max_new_tokens
              compact:bool=False,  # drop finished rows from the model's batch and KV cache (dynamic cache only); the same draws, other float order
@@ -201,7 +207,10 @@ def generate(model,  # a causal LM (e.g. `tiny_llama` or `load_model`)
     prompt_att = att
     B, P = ids.shape
     gen = None
-    if seed is not None: gen = torch.Generator(device=dev).manual_seed(seed)
+    if isinstance(seed, (list, tuple)):   # one generator per block of rows: each block draws as a call of its own would
+        if not seed or B % len(seed): raise ValueError(f"`seed`: a list of seeds splits the {B} rows into equal blocks; got {len(seed)} seeds")
+        gen = [torch.Generator(device=dev).manual_seed(int(s)) for s in seed]
+    elif seed is not None: gen = torch.Generator(device=dev).manual_seed(seed)
     pos = position_ids_from_mask(att)                                        # (B, P)
     static = cache == "static"
     if static:  # the mask spans the whole pre-allocated cache; future columns are switched on as tokens arrive
@@ -223,7 +232,7 @@ def generate(model,  # a causal LM (e.g. `tiny_llama` or `load_model`)
             bad |= ~ok
             logits = torch.where(ok[:, None], logits, torch.zeros_like(logits))
         keep = keep_mask(torch.softmax(logits / temperature if temperature != 1.0 else logits, -1), top_k, top_p, min_p) if truncate else None
-        tok = logits.argmax(-1) if greedy else _sample(logits, temperature, gen, keep)
+        tok = logits.argmax(-1) if greedy else _sample_blocks(logits, temperature, gen, keep)
         lp = _token_logp(logits, tok, temperature)                          # (B,) as `logprobs_from_logits` computes it
         live = ~done
         if truncate:                                                         # log p(y | support): renormalised on what could be drawn
@@ -378,6 +387,7 @@ def evaluate(model,  # causal LM
              batch_size:int=256,  # prompts per generation call
              seed:int=0,  # sampling seed when greedy=False
              by:str|None=None,  # a column to break accuracy down by, e.g. "n_digits"
+             gen=None,  # what generates (`generate`'s signature); default `generate` (a population of runs passes its own)
             ) -> dict:
     "Greedy (or sampled) accuracy of `model` on `dataset`: accuracy (mean reward), parsed_rate (None without `parsed`), mean_len, truncation_rate, n."
     rows = [dataset[i] for i in range(len(dataset))]
@@ -390,7 +400,7 @@ def evaluate(model,  # causal LM
     try:
         for s in range(0, len(rows), batch_size):
             chunk = rows[s:s + batch_size]
-            ro = generate(model, tokenizer, [r["prompt"] for r in chunk], 1, max_new_tokens, temperature=temperature,
+            ro = (gen or generate)(model, tokenizer, [r["prompt"] for r in chunk], 1, max_new_tokens, temperature=temperature,
                           greedy=greedy, seed=None if greedy else seed + s)
             r, p = task.rewards(chunk, ro.response_text)
             rew.append(r); parsed.append(p); lens.append(ro.lengths.float()); trunc.append(ro.truncated)

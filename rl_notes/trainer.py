@@ -32,7 +32,7 @@ from .policies import Sampler, Reference, Teacher, teacher_dir
 # %% auto #0
 __all__ = ['heldout_eval', 'TrainingDiverged', 'seed_everything', 'Run', 'preflight', 'content_fingerprints', 'check_content',
            'setup', 'PeerFailed', 'together', 'collect', 'advantages', 'update', 'heldout', 'log_row',
-           'keep_checkpoints', 'checkpoint', 'value_pretrain_step', 'StopRequest', 'train']
+           'keep_checkpoints', 'checkpoint', 'value_pretrain_step', 'StopRequest', 'run_loop', 'train']
 
 # %% ../nbs/33_trainer.ipynb #f189dc6a
 def heldout_eval(model, tokenizer,
@@ -40,15 +40,16 @@ def heldout_eval(model, tokenizer,
                  rows:list[dict], max_new_tokens:int, accelerator=None,
                  temperature:float|None=None,  # also report the accuracy of one sample per prompt at this temperature
                  seed:int=0,  # sampling seed of that evaluation
+                 gen=None,  # what generates (default `rl_notes.rollout.generate`; a population of runs passes its own)
                 ) -> dict:
     "`rl_notes.rollout.evaluate` (greedy, and optionally sampled) on this process's slice of `rows`, combined over processes."
     W, r = (accelerator.num_processes, accelerator.process_index) if accelerator else (1, 0)
     mine, mt = rows[r::W], Meter()
     keys = {"heldout_acc": "accuracy", "heldout_parsed": "parsed_rate", "heldout_len": "mean_len", "heldout_trunc": "truncation_rate"}
-    res = evaluate(model, tokenizer, task, mine, max_new_tokens=max_new_tokens) if mine else {}
+    res = evaluate(model, tokenizer, task, mine, max_new_tokens=max_new_tokens, gen=gen) if mine else {}
     for k, v in keys.items(): mt.add(k, res.get(v) or 0.0, len(mine) if res.get(v) is not None else 0)   # no parsed rate: None
     if temperature is not None:
-        res = evaluate(model, tokenizer, task, mine, max_new_tokens=max_new_tokens, greedy=False, temperature=temperature,
+        res = evaluate(model, tokenizer, task, mine, max_new_tokens=max_new_tokens, greedy=False, temperature=temperature, gen=gen,
                        seed=_mix(seed, r)) if mine else {}
         mt.add("heldout_sample_acc", res.get("accuracy", 0.0), len(mine))
     return mt.result(accelerator)
@@ -90,6 +91,7 @@ class Run:
     reference: Reference|None = None  # the reference of the KL term and its coefficient (`rl_notes.policies.Reference`)
     teacher: Teacher|None = None  # on-policy distillation's teacher (`rl_notes.policies.Teacher`; without `teacher`: one that does nothing)
     bonus: EntropyBonus|None = None  # the entropy bonus of the policy loss, its coefficient fixed or adaptive (`rl_notes.algo.EntropyBonus`)
+    engine: object = None  # None: this run computes alone; else the population that batches its model passes with others' (`rl_notes.population`)
 
     def __post_init__(self):
         acc = self.acc
@@ -105,6 +107,15 @@ class Run:
         "The algorithm the loss reads: beta as the adaptive rule has set it this step."
         ctl = None if self.reference is None else self.reference.ctl
         return self.algo if ctl is None else dataclasses.replace(self.algo, beta=ctl.beta)
+    def generate(self, model, *a, **kw):
+        "`rl_notes.rollout.generate` on `model`, or the population's batched pass of this run's rows."
+        return generate(model, *a, **kw) if self.engine is None else self.engine.generate(self, *a, **kw)
+    def logprobs(self, model, ro, *a, **kw):
+        "`rl_notes.rollout.response_logprobs` of `model` on `ro`, or the population's batched pass of this run's rows."
+        return response_logprobs(model, ro, *a, **kw) if self.engine is None else self.engine.logprobs(self, ro, *a, **kw)
+    def backward(self, loss):
+        "Back-propagate `loss` (through the accelerator, or with the population's other losses in one pass)."
+        return self.acc.backward(loss) if self.engine is None else self.engine.backward(self, loss)
     def close(self):
         "Close the reporter and release the run directory's lock."
         if self.reporter is not None: self.reporter.close(); self.reporter = None
@@ -388,7 +399,7 @@ def collect(run:Run, step:int, mt:Meter) -> Batch:
         idx = np.random.default_rng(_mix(cfg.seed, step, rnd)).choice(len(run.train_rows), cfg.n_prompts, replace=False)
         if cfg.shard_rollouts: idx = idx[run.rank * need:(run.rank + 1) * need]
         exs = [run.train_rows[i] for i in idx]
-        with _sampling(run): ro = generate(run.sampler.model(run.gen_model), run.tok, [e["prompt"] for e in exs], group_size=G, max_new_tokens=cfg.max_new_tokens,
+        with _sampling(run): ro = run.generate(run.sampler.model(run.gen_model), run.tok, [e["prompt"] for e in exs], group_size=G, max_new_tokens=cfg.max_new_tokens,
                       temperature=run.sampler.temperature, seed=_mix(cfg.seed, step, rnd, run.rank if cfg.shard_rollouts else 0), compact=cfg.compact_generation,
                       top_p=cfg.top_p, top_k=cfg.top_k, min_p=cfg.min_p)   # truncated: the rollout carries its support, the learner renormalises on it
         if not cfg.renormalise_support: ro = dataclasses.replace(ro, support=None)   # the naive ratio, for comparison
@@ -470,7 +481,7 @@ def _old_ref_logp(run:Run, batch:Batch, mt:Meter):
     "Log-probs (B, T) before the update (needed with several optimizer steps per batch, or a sampler that is not the learner) and under the reference (beta > 0)."
     cfg = run.cfg
     t0 = time.time()
-    old = run.sampler.old_logp(lambda: response_logprobs(run.policy, batch.ro, cfg.temperature, path=cfg.logprob_path, share_prompt=cfg.share_prompt), batch.ro,
+    old = run.sampler.old_logp(lambda: run.logprobs(run.policy, batch.ro, cfg.temperature, path=cfg.logprob_path, share_prompt=cfg.share_prompt), batch.ro,
                                needed=cfg.ppo_epochs * cfg.n_minibatches > 1)
     ref = batch.ref_logp if batch.ref_logp is not None else run.reference.logp(run.policy, run.gen_model, batch.ro)
     mt.add("time_old_ref", time.time() - t0, 1)
@@ -498,13 +509,16 @@ def _optimizer_step(run:Run, step:int, what:str, model, opt, loss:torch.Tensor,
                     backward:bool=True,  # False: the gradients are already there (micro-batches); `loss` is their total, for the check
                    ) -> float:
     "Backward, gradient clipping, then AdamW; a non-finite loss or gradient norm stops the run before the weights change."
-    if backward: run.acc.backward(loss)
-    gn = float(run.acc.clip_grad_norm_(model.parameters(), run.cfg.max_grad_norm))   # the norm of the all-reduced gradient
+    if backward: run.backward(loss)
+    eng = run.engine                                                          # a population: this run's share of the stacked gradients
+    gn = float(run.acc.clip_grad_norm_(model.parameters(), run.cfg.max_grad_norm)) if eng is None else eng.clip(run)   # the norm of the all-reduced gradient
     if not (math.isfinite(float(loss.detach())) and math.isfinite(gn)):
-        opt.zero_grad(set_to_none=True)
+        if eng is None: opt.zero_grad(set_to_none=True)
+        else: eng.zero_grad(run)
         raise TrainingDiverged(f"training diverged at step {step}: the {what} loss is {float(loss.detach()):g} and its gradient norm {gn:g}; "
                                f"the update was not applied and {_kept(run)}. Lower lr (now {run.cfg.lr:g}) or warm up longer")
-    opt.step(); opt.zero_grad(set_to_none=True)
+    if eng is None: opt.step(); opt.zero_grad(set_to_none=True)
+    else: eng.step(run, opt)
     return gn
 
 def _dp_global(run:Run, loss:torch.Tensor, global_mean:bool=True) -> torch.Tensor:
@@ -527,7 +541,7 @@ def _minibatch_tokens(run:Run, mb:Batch, parts:list):
     algo, cfg = run.algo, run.cfg
     if algo.top_entropy_quantile >= 1 and algo.clip_cov_ratio <= 0: return None   # every other modifier is per token or per sequence
     with torch.no_grad():
-        lp, en = zip(*(response_logprobs(run.policy, mb.rows(s).ro, cfg.temperature, with_entropy=True,
+        lp, en = zip(*(run.logprobs(run.policy, mb.rows(s).ro, cfg.temperature, with_entropy=True,
                                          path=cfg.logprob_path) for s in parts))
     return torch.cat(lp), torch.cat(en)
 
@@ -546,7 +560,7 @@ def _policy_step(run:Run, step:int, mb:Batch, old_logp, ref_logp, n_tok:float, n
     total, pg_total, lm_total = 0.0, 0.0, 0.0
     for s in parts:
         c = mb if one else mb.rows(s, trim=trim); W = c.mask.shape[1]            # trimmed: W <= T, only padding cut
-        logp, ent = response_logprobs(run.policy, c.ro, cfg.temperature, with_entropy=True, path=cfg.logprob_path, share_prompt=cfg.share_prompt)   # (b, W), (b, W)
+        logp, ent = run.logprobs(run.policy, c.ro, cfg.temperature, with_entropy=True, path=cfg.logprob_path, share_prompt=cfg.share_prompt)   # (b, W), (b, W)
         old = logp.detach() if old_logp is None else take(old_logp, s, W)
         if pre is None: adv, keep = modify_tokens(algo, Tokens(logp.detach(), old, c.ro.old_logp, ent.detach(), c.adv, c.loss_mask, run.gather, run.reduce), glog := {})
         else: adv, keep = adv_all[s], None if keep_all is None else keep_all[s]
@@ -559,7 +573,7 @@ def _policy_step(run:Run, step:int, mb:Batch, old_logp, ref_logp, n_tok:float, n
         if algo.mu > 0 and n_pos > 0:   # no correct response on any process: no LM term
             lm, lmm = positive_lm_loss(logp, c.loss_mask, c.correct, mu=algo.mu, global_tokens=n_pos)
             part = part + _dp_global(run, lm); lm_total += float(_dp_global(run, lmm["nll"]))
-        run.acc.backward(part)
+        run.backward(part)
         total += float(part.detach())
         w = float(c.loss_mask.sum()); mt.add("entropy", masked_mean(ent.detach(), c.loss_mask), w)
         for k_, v in (glog.items() if pre is None else ()): mt.add(k_, v, w)                     # the gates' metrics, e.g. tis/truncated
@@ -607,7 +621,7 @@ def heldout(run:Run) -> dict:
     "Held-out accuracy of the current policy (greedy, and one sample at the training temperature), with its time."
     cfg, t0 = run.cfg, time.time()
     ev = heldout_eval(run.gen_model, run.tok, run.rewards, run.test_rows, cfg.max_new_tokens, accelerator=run.acc,
-                      temperature=cfg.temperature, seed=cfg.seed) if cfg.n_eval else {}
+                      temperature=cfg.temperature, seed=cfg.seed, gen=run.generate if run.engine is not None else None) if cfg.n_eval else {}
     return {**ev, "time_eval": time.time() - t0}
 
 def log_row(run:Run, row:dict):
@@ -630,6 +644,7 @@ def checkpoint(run:Run, step:int):
     "Save a checkpoint and the model directory when one is due (every `save_every` steps and after the last); never one with non-finite weights."
     cfg = run.cfg
     if not ((cfg.save_every and step % cfg.save_every == 0) or step == cfg.steps): return
+    if run.engine is not None: run.engine.sync(run)   # a population's member: its weights and AdamW state into its own policy and optimizer
     models = [m for m in (run.policy, run.critic) if m is not None]
     if not all(bool(torch.isfinite(p).all()) for m in models for p in m.parameters()):
         raise TrainingDiverged(f"training diverged at step {step}: the weights are not finite; not saved, {_kept(run)}")
@@ -703,6 +718,34 @@ def _first_rows(run:Run):
         mt = Meter(); value_pretrain_step(run, k, mt)
         log_row(run, {"step": 0, "phase": "value_pretrain", "vp_step": k + 1, **mt.result(run.acc)})
 
+def run_loop(run:Run,  # an opened run (`setup`)
+             stop:StopRequest|None=None,  # its stop request (Ctrl-C, SIGTERM, SIGHUP); None: none is listened for
+             doctor=None,  # as `train`'s
+            ) -> TrainResult:
+    "The loop of `train` on an opened run: the step-0 rows (or the model re-exported on resume), then collect, advantages, update, rows and checkpoints, step by step."
+    cfg = run.cfg
+    if run.start == 0:
+        with _marked(0): _first_rows(run)
+    elif run.main:
+        recover_model(m := Path(run.cfg.out_dir) / MODEL_DIR)            # a killed export's swap put back, a link there unlinked
+        if export_step(m) != run.start or not export_intact(m):     # model/ missing, stale (a failed export, a Ctrl-C) or damaged
+            with _marked(run.start): export_model(run, run.start)   # from the checkpoint just loaded
+    bar = tqdm(range(run.start + 1, cfg.steps + 1), desc=run.algo.name, disable=not (cfg.progress and run.main), initial=run.start, total=cfg.steps)
+    for step in bar:
+        with _marked(step):
+            t0, mt = time.time(), Meter()
+            with _diverged_at(run, step):
+                batch = advantages(run, collect(run, step, mt), mt)   # rollout, rewards, advantages
+                update(run, step, batch, mt)                          # losses and optimizer steps
+                row = {"step": step, **mt.result(run.acc), **(heldout(run) if eval_due(cfg, step) else {})}
+            log_row(run, {**row, "time_step": time.time() - t0})
+            bar.set_postfix({k: f"{row[k]:.2f}" for k in ("acc", "resp_len", "heldout_acc") if row.get(k) is not None})
+            checkpoint(run, step)
+            if stop is not None and stop.asked: _stop(run, step, stop.why)
+            if doctor is not None and doctor(run.rows, step, run.main): _stop(run, step, "doctor"); break   # a present finding (`doctor_stop`)
+            if cfg.stop_at is not None and step >= cfg.stop_at: break
+    return TrainResult(run.rows, run.cfg.out_dir)
+
 def train(cfg:TrainConfig,  # the run
           accelerator=None,  # an `accelerate.Accelerator`; default: a new one (CPU, GPU or `accelerate launch` settings)
           doctor=None,  # `doctor(rows, step, main)` after each step, True: end the run with a checkpoint (`rl_notes.doctor.live_doctor(cfg)`)
@@ -710,24 +753,5 @@ def train(cfg:TrainConfig,  # the run
     "Run (or resume) RL training; writes metrics.jsonl, config.json and checkpoints under `cfg.out_dir`."
     if cfg.doctor_every and doctor is None: raise ValueError("TrainConfig.doctor_every needs the doctor: train(cfg, doctor=rl_notes.doctor.live_doctor(cfg))")
     with setup(cfg, accelerator) as run, StopRequest(run.W == 1) as stop:   # data parallel: Ctrl-C stops every process at once, as before
-        if run.start == 0:
-            with _marked(0): _first_rows(run)
-        elif run.main:
-            recover_model(m := Path(run.cfg.out_dir) / MODEL_DIR)            # a killed export's swap put back, a link there unlinked
-            if export_step(m) != run.start or not export_intact(m):     # model/ missing, stale (a failed export, a Ctrl-C) or damaged
-                with _marked(run.start): export_model(run, run.start)   # from the checkpoint just loaded
-        bar = tqdm(range(run.start + 1, cfg.steps + 1), desc=run.algo.name, disable=not (cfg.progress and run.main), initial=run.start, total=cfg.steps)
-        for step in bar:
-            with _marked(step):
-                t0, mt = time.time(), Meter()
-                with _diverged_at(run, step):
-                    batch = advantages(run, collect(run, step, mt), mt)   # rollout, rewards, advantages
-                    update(run, step, batch, mt)                          # losses and optimizer steps
-                    row = {"step": step, **mt.result(run.acc), **(heldout(run) if eval_due(cfg, step) else {})}
-                log_row(run, {**row, "time_step": time.time() - t0})
-                bar.set_postfix({k: f"{row[k]:.2f}" for k in ("acc", "resp_len", "heldout_acc") if row.get(k) is not None})
-                checkpoint(run, step)
-                if stop.asked: _stop(run, step, stop.why)
-                if doctor is not None and doctor(run.rows, step, run.main): _stop(run, step, "doctor"); break   # a present finding (`doctor_stop`)
-                if cfg.stop_at is not None and step >= cfg.stop_at: break
-        return TrainResult(run.rows, run.cfg.out_dir)
+        return run_loop(run, stop, doctor)
+

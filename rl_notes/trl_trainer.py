@@ -125,7 +125,7 @@ class GRPOTrainer(trl.GRPOTrainer):
         ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
         att = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
         T = inputs["completion_ids"].size(1)
-        logp, _, _ = self._get_per_token_logps_and_entropies(model, ids, att, T, compute_entropy=False)
+        logp, ent, _ = self._get_per_token_logps_and_entropies(model, ids, att, T, compute_entropy=True)   # the entropy: logged as TRL logs it
         mask = inputs["completion_mask"] if "tool_mask" not in inputs else inputs["completion_mask"] * inputs["tool_mask"]
         old = inputs.get("old_per_token_logps"); old = logp.detach() if old is None else old
         if name == "flash_reinforce": old = inputs.get("sampling_per_token_logps", old)   # mu: the sampler's log-probs (vLLM's when it samples)
@@ -137,4 +137,6 @@ class GRPOTrainer(trl.GRPOTrainer):
                                             global_tokens=float(norm), reduce=None)
         for k, v in metrics.items():
             if torch.is_tensor(v) and v.numel() == 1: self._metrics[mode][f"rl_notes/{k}"].append(self.accelerator.gather(v.detach().float()).mean().item())
+        tot = self.accelerator.reduce(torch.stack([(ent.detach() * mask).sum(), mask.sum().float()]), reduction="sum")   # TRL's global masked mean
+        self._metrics[mode]["entropy"].append((tot[0] / tot[1].clamp(min=1.0)).item())
         return loss
