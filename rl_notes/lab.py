@@ -22,9 +22,9 @@ from .configs import open_append
 
 # %% auto #0
 __all__ = ['LAB_LOCK', 'LAB_BUSY', 'SFT_STATE', 'designs', 'start_hash', 'run_starts', 'lab_code', 'lab_key', 'lab_done',
-           'lab_job', 'lab_population_job', 'lab_runs', 'sft_key', 'sft_cache_path', 'sft_warm_start', 'lab_policy',
-           'lab_eval', 'lab_rekey', 'lab_dir', 'arm_cfgs', 'lab_pass1', 'upper_clip_log', 'same_batch_updates',
-           'final_values', 'Design']
+           'lab_job', 'lab_population_job', 'lab_paths', 'lab_runs', 'sft_key', 'sft_cache_path', 'sft_warm_start',
+           'lab_policy', 'lab_eval', 'lab_rekey', 'lab_dir', 'arm_cfgs', 'lab_pass1', 'upper_clip_log',
+           'same_batch_updates', 'final_values', 'Design']
 
 # %% ../nbs/37_lab.ipynb #7beb11b5
 LAB_LOCK = ".lab.lock"  # the lock `lab_job` holds on a run directory while it works there
@@ -42,7 +42,7 @@ def run_starts(cfg:TrainConfig) -> dict:
     "The starts a run reads, by field (`model`, `critic_init`, `teacher`): {field: `start_hash`} for the local checkpoint directories."
     return {k: h for k in ("model", "critic_init", "teacher") if (h := start_hash(getattr(cfg, k, None))) is not None}
 
-def _lab_key(cfg:TrainConfig, code:str) -> str:
+def _lab_key(cfg:TrainConfig, code:str, population:bool=False) -> str:
     "The hash of every field of `cfg` that changes what is computed (not `RUN_CONTROL`), of the user files' content, and of `code`."
     d, off = cfg.to_dict(), offpolicy_settings(cfg)
     # `critic_init` and the off-policy fields only when set, so adding those fields did not change the key of runs without them
@@ -52,15 +52,18 @@ def _lab_key(cfg:TrainConfig, code:str) -> str:
     ident["algo"] = {k: v for k, v in ident["algo"].items() if not late(k, "Algo") and not (f"algo.{k}" in KEY_LATE and v == KEY_LATE[f"algo.{k}"])}
     if (user := content_fingerprints(cfg, model=False)): ident["content"] = user   # a dataset's or reward file's content; none for built-in tasks
     if (starts := run_starts(cfg)): ident["start"] = starts   # the weights a run starts from: another checkpoint at the same path is another run
+    if population: ident["path"] = "population"   # float order parts a population member's trajectory from its single run's (`38_population`)
     return hashlib.sha256(json.dumps([ident, {"code": code}], sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 def lab_code(cfg:TrainConfig|None=None) -> str:
     "The behaviour key a run of `cfg` depends on: the trainer's (`rl`), and the off-policy runs' when `cfg` sets an off-policy field."
     return behaviour_key("rl", "offpolicy") if cfg is not None and offpolicy_settings(cfg) else behaviour_key("rl")
 
-def lab_key(cfg:TrainConfig) -> str:
-    "The cache key of a run: every field that changes what is computed (not `RUN_CONTROL`), and the trainer's behaviour key."
-    return _lab_key(cfg, lab_code(cfg))
+def lab_key(cfg:TrainConfig,
+            population:bool=False,  # the run is made by the population path (`lab_runs(..., population=P)`): another key
+           ) -> str:
+    "The cache key of a run: every field that changes what is computed (not `RUN_CONTROL`), the trainer's behaviour key, and the path when it is a population's."
+    return _lab_key(cfg, lab_code(cfg), population)
 
 def lab_done(out:Path,
              cfg:TrainConfig|None=None,  # the run's config (its behaviour key: `lab_code`); None: a run that sets no off-policy field
@@ -69,9 +72,9 @@ def lab_done(out:Path,
     done = RunDir(out).done()
     return done is not None and done.get("code") == lab_code(cfg) and (cfg is None or done.get("steps", cfg.steps) == cfg.steps)
 
-def _lab_prepare(cfg:TrainConfig, root:Path, force:bool) -> Path:
+def _lab_prepare(cfg:TrainConfig, root:Path, force:bool, population:bool=False) -> Path:
     "Set `cfg.out_dir` to its cache directory and write the job file there; returns the directory."
-    out = root / lab_key(cfg); cfg.out_dir = str(out)
+    out = root / lab_key(cfg, population); cfg.out_dir = str(out)
     done = RunDir(out).done()
     if not force and done is not None and done.get("code") == lab_code(cfg) and done.get("steps", cfg.steps) != cfg.steps:
         # `steps` is run control (a stopped run resumes under its key), so runs that differ only in length share a directory
@@ -132,6 +135,15 @@ def lab_population_job(paths:list[str],  # job.json files written by `lab_runs` 
     finally:
         for rd in held: rd.close()
 
+def lab_paths(cfgs:list,  # finished lab runs (their out_dir set by `lab_runs`)
+             ) -> dict:  # {path: number of runs}: "one run per process", or "population of P"
+    "Which path made each run (done.json's record): what a notebook says about the runs it shows."
+    out = {}
+    for c in cfgs:
+        d = RunDir(c.out_dir).done() or {}
+        k = d.get("path", "one run per process"); out[k] = out.get(k, 0) + 1
+    return out
+
 
 # %% ../nbs/37_lab.ipynb #da49dd81
 def _spawn(outs:tuple):
@@ -150,7 +162,7 @@ def _units(todo:list, cfg_of:dict, population:int|None) -> list[tuple]:
     groups, alone = {}, []
     for o in todo:
         c = cfg_of[o]
-        if population_problem([c]) or RunDir(o).has_checkpoint(): alone.append((o,)); continue
+        if population_problem([c]) or RunDir(o).has_checkpoint(): alone.append((o,)); continue   # a stopped member resumes alone
         key = json.dumps({k: v for k, v in c.to_dict().items() if k not in ("seed", "model", "out_dir", *RUN_CONTROL)}, sort_keys=True, default=str)
         groups.setdefault(key, []).append(o)
     units = [tuple(g[k:k + population]) for g in groups.values() for k in range(0, len(g), population)]
@@ -164,7 +176,8 @@ def lab_runs(cfgs:list,  # configs (`rl_notes.trainer.TrainConfig`); their out_d
             ) -> list[list[dict]]:  # the metric rows of each run, in the order of `cfgs`
     "Run RL lab configs in parallel subprocesses, cached on disk by config and behaviour key; returns each run's metric rows."
     root = Path(root) if root else cache_dir("lab")
-    jobs = [_lab_prepare(cfg, root, force) for cfg in cfgs]
+    pop = [bool(population and population >= 2 and population_problem([c]) is None) for c in cfgs]   # what the population path batches
+    jobs = [_lab_prepare(cfg, root, force, p) for cfg, p in zip(cfgs, pop)]
     cfg_of = dict(zip(jobs, cfgs))
     todo = list(dict.fromkeys(o for o in jobs if force or not lab_done(o, cfg_of[o])))
     units, running = _units(todo, cfg_of, population), {}
@@ -284,9 +297,10 @@ def lab_rekey(old_keys:dict,  # {"rl": ..., "eval": ...}: `behaviour_key` of eac
 # %% ../nbs/37_lab.ipynb #f2c84a76
 def lab_dir(cfg:TrainConfig,  # a lab config
             root:str|Path|None=None,  # cache directory; default `cache_dir("lab")`, as in `lab_runs`
+            population:bool=False,  # a run the population path made (`lab_runs(..., population=P)`)
            ) -> Path:
     "The cache directory of a config's run (what `lab_runs` sets `cfg.out_dir` to), leaving `cfg` unchanged."
-    return (Path(root) if root else cache_dir("lab")) / lab_key(cfg)
+    return (Path(root) if root else cache_dir("lab")) / lab_key(cfg, population)
 
 # %% ../nbs/37_lab.ipynb #c5a87be2
 import contextlib, dataclasses, tempfile

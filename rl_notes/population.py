@@ -156,6 +156,7 @@ class Population:
         self.tok = runs[0].tok
         self.cv, self.live, self.requests, self.results = threading.Condition(), set(range(self.P)), {}, {}
         self.passes = dict(generate=0, logprobs=0, backward=0, clip=0, step=0)   # batched calls made (the speed's source)
+        self.busy = dict(generate=0.0, logprobs=0.0, backward=0.0, clip=0.0, step=0.0, waiting=0.0)   # seconds of the main thread in each
 
     # ---- what a member's thread calls (through `Run.generate` / `logprobs` / `backward` and `_optimizer_step`)
     def _call(self, run:Run, kind:str, payload):
@@ -255,21 +256,25 @@ def _key(kind:str, payload, grad:bool):
 def serve(pop:Population):
     "The batching loop (the main thread): once every live member waits, run each group of like requests as one pass; a failed pass is retried member by member, so one member's error is its own."
     while True:
+        t0 = time.perf_counter()
         with pop.cv:
             while pop.live and not (pop.requests and set(pop.requests) >= pop.live): pop.cv.wait(1.0)
             if not pop.live: return
             reqs, pop.requests = pop.requests, {}
+        pop.busy["waiting"] += time.perf_counter() - t0                    # the members' own Python: rewards, advantages, losses, metrics
         groups = {}
         for i, (kind, payload, grad) in reqs.items(): groups.setdefault(_key(kind, payload, grad), {})[i] = (kind, payload, grad)
         out = {}
         for key, g in groups.items():
             kind, grad = key[0], next(iter(g.values()))[2]
+            t1 = time.perf_counter()
             try: out.update(_serve_group(pop, kind, {i: v[1] for i, v in g.items()}, grad))
             except BaseException as e:
                 if len(g) == 1 or kind in ("backward", "step"): out.update({i: e for i in g}); continue
                 for i, v in g.items():                                     # alone, to find whose rows failed
                     try: out.update(_serve_group(pop, kind, {i: v[1]}, grad))
                     except BaseException as e1: out[i] = e1
+            finally: pop.busy[kind] = pop.busy.get(kind, 0.0) + time.perf_counter() - t1
         pop.sel.idx = None
         with pop.cv: pop.results.update(out); pop.cv.notify_all()
 
@@ -296,6 +301,7 @@ def population_problem(cfgs:list) -> str|None:
 
 # %% ../nbs/38_population.ipynb #p23
 def train_population(cfgs:list,  # configs of one design (`population_problem` is None), each with its own out_dir
+                     stats:dict|None=None,  # filled with the main thread's seconds per kind of pass (`busy`) and the passes made (`passes`)
                     ) -> list:  # per member: its `TrainResult`, or the exception that ended it
     "Train the runs of `cfgs` as one population, fresh (as `train` does without `resume`), each writing its own run directory."
     if (why := population_problem(cfgs)): raise ValueError(f"train_population: {why}")
@@ -313,6 +319,7 @@ def train_population(cfgs:list,  # configs of one design (`population_problem` i
         for t in threads: t.start()
         serve(pop)
         for t in threads: t.join()
+        if stats is not None: stats.update(busy=dict(pop.busy), passes=dict(pop.passes))
         return out
     finally:
         for r in runs: r.close()

@@ -1,6 +1,7 @@
 """The population path (`rl_notes.population`): members of one design trained together compute what single runs compute
-(metric rows to float order), a member that fails leaves without stopping the others, `lab_runs(population=P)` caches
-each member under its own lab key (done.json says which path made it), and designs the path does not batch are refused."""
+(metric rows to float order over these short runs), a member that fails leaves without stopping the others,
+`lab_runs(population=P)` caches each member under its own lab key, apart from the single run's (done.json says which path
+made it), and designs the path does not batch are refused."""
 import json
 from pathlib import Path
 
@@ -53,9 +54,10 @@ def test_a_failing_member_leaves_the_others_running(micro_sft, tmp_path, monkeyp
 
 
 def test_lab_runs_population_caches_each_member(micro_sft, tmp_path):
-    from rl_notes.lab import lab_runs
+    from rl_notes.lab import lab_runs, lab_key
     from rl_notes.rundir import RunDir
     c = cfgs(micro_sft, tmp_path)
+    assert lab_key(c[0], population=True) != lab_key(c[0])   # a population member is keyed apart from its single run
     rows = lab_runs(c, root=str(tmp_path / "cache"), population=3, workers=1)
     dones = [RunDir(cf.out_dir).done() for cf in c]
     assert [d["path"] for d in dones] == ["population of 3"] * 3 and all(len(r) == 5 for r in rows)
