@@ -4,11 +4,11 @@
 
 # %% ../nbs/38_population.ipynb #p04
 from __future__ import annotations
-import copy, dataclasses, math, threading, time
+import copy, threading, time
 import torch
 from torch import nn
-from .rollout import Rollout, NonFiniteLogits, generate, response_logprobs, cat_rollouts
-from .trainconfig import TrainConfig, RUN_CONTROL
+from .rollout import Rollout, generate, response_logprobs, cat_rollouts
+from .trainconfig import RUN_CONTROL
 from .trainer import Run, setup, run_loop, seed_everything
 
 # %% auto #0

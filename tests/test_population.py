@@ -2,11 +2,9 @@
 (metric rows to float order over these short runs), a member that fails leaves without stopping the others,
 `lab_runs(population=P)` caches each member under its own lab key, apart from the single run's (done.json says which path
 made it), and designs the path does not batch are refused."""
-import json
 from pathlib import Path
 
 import pytest
-import torch
 
 from rl_notes.fingerprint import MICRO_RUN, TASK_KW
 from rl_notes.population import train_population, population_problem

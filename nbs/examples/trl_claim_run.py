@@ -5,7 +5,7 @@ the lab's batch arithmetic (64 prompts x 8 completions per batch, 64 optimizer s
     python nbs/examples/trl_claim_run.py --loss kl_cov --seed 0 --out DIR      # writes DIR/trainer_state.json
 
 Everything but --loss, --seed and --batches is fixed here, so a run's output directory is named by those alone."""
-import argparse, json, os, sys, time
+import argparse, json, os, time
 
 
 CD_TASK = dict(n_numbers=4, max_number=9, max_target=99)         # the lab's countdown task (57_estimators, D1)
