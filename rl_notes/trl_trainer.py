@@ -137,6 +137,8 @@ class GRPOTrainer(trl.GRPOTrainer):
                                             global_tokens=float(norm), reduce=None)
         for k, v in metrics.items():
             if torch.is_tensor(v) and v.numel() == 1: self._metrics[mode][f"rl_notes/{k}"].append(self.accelerator.gather(v.detach().float()).mean().item())
-        tot = self.accelerator.reduce(torch.stack([(ent.detach() * mask).sum(), mask.sum().float()]), reduction="sum")   # TRL's global masked mean
-        self._metrics[mode]["entropy"].append((tot[0] / tot[1].clamp(min=1.0)).item())
+        if ent is not None:                                                                    # TRL's global masked mean
+            tot = torch.stack([(ent.detach() * mask).sum(), mask.sum().float()])
+            if self.accelerator.num_processes > 1: tot = self.accelerator.reduce(tot, reduction="sum")
+            self._metrics[mode]["entropy"].append((tot[0] / tot[1].clamp(min=1.0)).item())
         return loss
