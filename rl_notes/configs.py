@@ -307,7 +307,7 @@ GRPO_DEFAULTS = {  # GRPOConfig's (TRL 1.16) defaults of its options rl_notes ha
     'per_device_eval_batch_size': (8,), 'prediction_loss_only': (False,), 'eval_on_start': (False,),
     'eval_do_concat_batches': (True,), 'eval_use_gather_object': (False,), 'eval_accumulation_steps': (None,),
     'include_for_metrics': ([],), 'batch_eval_metrics': (False,), 'save_only_model': (False,),
-    'save_strategy': ('steps',), 'save_on_each_node': (False,), 'save_total_limit': (None,),
+    'save_strategy': ('steps',), 'save_on_each_node': (False,),
     'enable_jit_checkpoint': (False,), 'push_to_hub': (False,), 'hub_token': (None, '<HUB_TOKEN>'),
     'hub_private_repo': (None,), 'hub_model_id': (None,), 'hub_strategy': ('every_save',),
     'hub_always_push': (False,), 'hub_revision': (None,), 'load_best_model_at_end': (False,),
