@@ -6,8 +6,9 @@
 __all__ = ['MIN_POINTS', 'T', 'ENTROPY_COLLAPSE_MECHANISM', 'SECTIONS', 'MAX_TREND', 'CHECKS', 'STATUS_ORDER', 'OVERVIEW',
            'UNITS', 'Finding', 'theil_sen', 'mann_kendall', 'trend', 'early_jump', 'check_entropy', 'check_zero_std',
            'check_truncation', 'check_length', 'check_value_collapse', 'check_clip', 'check_kl', 'check_grad',
-           'check_reward_share', 'check_loss_zero', 'check_heldout', 'check_heldout_drop', 'check_mismatch', 'Report',
-           'diagnose', 'format_report', 'run_name', 'dashboard', 'main', 'LiveDoctor', 'live_doctor']
+           'check_reward_share', 'check_loss_zero', 'check_heldout', 'check_heldout_drop', 'check_mismatch',
+           'check_is_ratio', 'Report', 'diagnose', 'format_report', 'run_name', 'dashboard', 'main', 'LiveDoctor',
+           'live_doctor']
 
 # %% ../nbs/42_doctor.ipynb #96bfb557
 import argparse, io, json, math, os, re, sys
@@ -26,7 +27,7 @@ T = dict(  # the thresholds (present, borderline); the reasoning is in the markd
     kl_growth=(0.5, 0.33), kl_level=(0.2, 0.1), kl_min=0.01, loss_zero=0.01, grad_zero=1e-6, grad_zero_share=0.5,
     grad_spike=10.0, grad_spike_n=(3, 1), reward_share=(0.9, 0.75), trend_p=0.01, reward_gain=0.1, heldout_share=(0.2, 0.5),
     heldout_drop=((0.1, 0.2), (0.05, 0.1)),
-    mismatch_logp=(0.05, 0.02), mismatch_kl=(0.00125, 0.0002))
+    mismatch_logp=(0.05, 0.02), mismatch_kl=(0.00125, 0.0002), is_ratio=(0.05, 0.02))
 ENTROPY_COLLAPSE_MECHANISM = 0.25  # the entropy-collapse threshold the mechanism alone suggests (a power of four); the validation set moved it to 0.6
 
 SECTIONS = {  # finding -> (notebook section that explains the mechanism, knobs that act on it)
@@ -65,6 +66,9 @@ SECTIONS = {  # finding -> (notebook section that explains the mechanism, knobs 
     "mismatch": ('15_family "Truncated importance sampling: the sampler is not the trainer"',
                  ["tis (TRL vllm_importance_sampling_correction, verl rollout importance sampling)",
                   "same dtype/kernels for sampler and trainer"]),
+    "is_ratio_bias": ('25_rollout "Truncated sampling and the importance ratio"; 15_family "Truncated importance sampling: the sampler is not the trainer"',
+                      ["renormalise the learner on the sampler's support when it samples with top-p / top-k / min-p (rl_notes: top_p with renormalise_support)",
+                       "same dtype/kernels for sampler and trainer", "a larger cap, or a gate that masks instead of truncating"]),
 }
 
 @dataclass
@@ -383,6 +387,20 @@ def check_mismatch(s:dict) -> Finding|None:
     return _mk("mismatch", "sampler and trainer disagree", "present" if m >= p else "borderline",
                "medium" if m >= p else "low", ev, (x[0], x[-1]), [name], median=m)
 
+def check_is_ratio(s:dict) -> Finding|None:
+    "A biased sampler/learner ratio: E_mu[pi / mu] = 1 when the learner's distribution is the sampler's, so a batch mean whose median |log| is >= 0.05 (borderline 0.02) is a gap between them."
+    x, y = s["is_ratio"]; y = y[y > 0]
+    if len(y) == 0: return None
+    # $\mathbb{E}_{y \sim \mu}[\pi(y)/\mu(y)] = \sum_{y \in S} \pi(y)$: 1 on the same support, the learner's mass on the sampler's support otherwise
+    med = float(np.median(y)); r = float(np.median(np.abs(np.log(y)))); p, b = T["is_ratio"]
+    if r < b: return None
+    why = ("below 1: the learner puts mass where the sampler could not draw (a top-p / top-k / min-p sampler and a learner on the full "
+           "vocabulary: the mean is the kept mass), or the correction's cap cuts large ratios") if med < 1 else \
+          "above 1: the learner is more confident than the sampler on the sampled tokens (a precision or kernel gap, a stale sampler)"
+    ev = f"median batch mean of pi / mu {med:.3g} over steps {x[0]:g}-{x[-1]:g}, |log| {r:.3g} (present at >= {p}, borderline >= {b}); {why}"
+    return _mk("is_ratio_bias", "the importance ratio is biased", "present" if r >= p else "borderline",
+               "medium" if r >= p else "low", ev, (x[0], x[-1]), ["is_ratio"], median=med, log_median=r)
+
 CHECKS = {  # name -> (groups of metrics (each group: any one of them is enough), points needed, check)
     "entropy": ([("entropy",)], MIN_POINTS, check_entropy),
     "zero_std": ([("zero_std_frac",)], 3, check_zero_std),
@@ -397,6 +415,7 @@ CHECKS = {  # name -> (groups of metrics (each group: any one of them is enough)
     "heldout_gap": ([("acc", "reward"), ("heldout_acc", "heldout_reward")], MIN_POINTS, check_heldout),
     "heldout_drop": ([("heldout_acc", "heldout_reward")], 3, check_heldout_drop),
     "mismatch": ([("mismatch_logp", "mismatch_kl")], 3, check_mismatch),
+    "is_ratio_bias": ([("is_ratio",)], 3, check_is_ratio),
 }
 
 # %% ../nbs/42_doctor.ipynb #2313121c

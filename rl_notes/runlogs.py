@@ -16,7 +16,7 @@ import numpy as np
 VOCAB = ("reward", "acc", "reward_std", "zero_std_frac", "entropy", "clipfrac", "clipfrac_low", "clipfrac_high",
          "dualclip_frac", "approx_kl", "kl_ref", "len_mean", "len_right", "len_wrong", "len_terminated", "trunc_frac",
          "explained_var", "loss", "grad_norm", "lr", "heldout_acc", "heldout_reward", "heldout_pass_k",
-         "mismatch_logp", "mismatch_kl")  # the internal metric names every reader maps to
+         "mismatch_logp", "mismatch_kl", "is_ratio")  # the internal metric names every reader maps to
 
 SOURCE_MAPS = {  # source -> {its metric name: internal name}
     "rl_notes": {"reward": "reward", "acc": "acc", "entropy": "entropy", "clipfrac": "clipfrac",
@@ -30,7 +30,7 @@ SOURCE_MAPS = {  # source -> {its metric name: internal name}
             "clip_ratio/high_mean": "clipfrac_high", "kl": "kl_ref", "completions/mean_length": "len_mean",
             "completions/mean_terminated_length": "len_terminated", "completions/clipped_ratio": "trunc_frac",
             "loss": "loss", "grad_norm": "grad_norm", "learning_rate": "lr", "eval_reward": "heldout_reward",
-            "sampling/sampling_logp_difference/mean": "mismatch_logp"},
+            "sampling/sampling_logp_difference/mean": "mismatch_logp", "sampling/importance_sampling_ratio/mean": "is_ratio"},
     "verl": {"critic/score/mean": "reward", "actor/entropy": "entropy", "actor/pg_clipfrac": "clipfrac",
              "actor/pg_clipfrac_lower": "dualclip_frac", "actor/ppo_kl": "approx_kl", "actor/kl_loss": "kl_ref",
              "response_length/mean": "len_mean", "response_length/clip_ratio": "trunc_frac",

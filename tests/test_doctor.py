@@ -434,3 +434,15 @@ def test_doctor_callback_is_a_trainer_callback_class():
     assert isinstance(DoctorCallback, type) and issubclass(DoctorCallback, TrainerCallback)
     class Mine(DoctorCallback): pass
     assert Mine(every=2).every == 2
+
+
+def test_trls_importance_ratio_is_read_and_its_bias_found(tmp_path):
+    "TRL's `sampling/importance_sampling_ratio/mean` (vLLM with its correction on) maps to `is_ratio`; a mean near 0.9 (a truncating sampler, a full-vocabulary learner) is a present finding, a mean near 1 none."
+    import json
+    from rl_notes.doctor import diagnose
+    for mean, want in ((0.9, "present"), (1.0, None)):
+        hist = [{"step": s, "loss": 0.1, "reward": 0.5, "sampling/importance_sampling_ratio/mean": mean + 0.001 * (s % 3)} for s in range(1, 21)]
+        d = tmp_path / f"run{mean}"; d.mkdir()
+        (d / "trainer_state.json").write_text(json.dumps({"log_history": hist}))
+        got = {f.key: f.status for f in diagnose(d).findings}
+        assert got.get("is_ratio_bias") == want, got
