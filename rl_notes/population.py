@@ -70,11 +70,12 @@ def stack_models(models:list,  # P causal LMs of one architecture (a Llama-style
             raise ValueError(f"stack_models: model {k} does not have model 0's parameters (names and shapes): a population shares one architecture")
     base, sel = copy.deepcopy(models[0]), Members(P)
     mods = [dict(m.named_modules()) for m in models]
+    canon = {id(p): n for n, p in models[0].named_parameters()}        # a tied weight (lm_head = embedding) has one name
     stacked = {}                                                        # member parameter name -> stacked parameter
     def param(path:str, attr:str) -> nn.Parameter:
-        n = f"{path}.{attr}" if path else attr
+        n = canon[id(getattr(mods[0][path], attr))]
         if n not in stacked:
-            stacked[n] = nn.Parameter(torch.stack([getattr(md[path], attr).detach() for md in mods]).clone())
+            stacked[n] = nn.Parameter(torch.stack([getattr(md[path], attr).detach() for md in mods]).clone())   # tied: stacked once, shared
         return stacked[n]
     for path, mod in list(base.named_modules()):
         if not path: continue
@@ -88,12 +89,6 @@ def stack_models(models:list,  # P causal LMs of one architecture (a Llama-style
             new = StackedRMSNorm(param(path, "weight"), mod.variance_epsilon, sel)
         if new is not None:
             setattr(base.get_submodule(parent) if parent else base, leaf, new)
-    # tied weights: a member's lm_head.weight is its embedding; the stacked head then shares the stacked table
-    for path, mod in base.named_modules():
-        if isinstance(mod, StackedLinear):
-            w0 = dict(mods[0])[path].weight
-            tied = [n for n, p in models[0].named_parameters() if p is w0]
-            if tied and tied[0] in stacked and stacked[tied[0]] is not mod.weight: mod.weight = stacked[tied[0]]
     missing = [n for n in names if n not in stacked]
     if missing: raise ValueError(f"stack_models: parameters outside Linear, Embedding and RMSNorm modules cannot be stacked: {missing[:4]}")
     pairs = [(n, stacked[n]) for n in names]
@@ -117,10 +112,9 @@ class StackedAdamW:
         t = self.steps[idx[0]] + 1
         b1, b2 = betas
         bc1, bc2 = 1 - b1 ** t, 1 - b2 ** t
-        ix = torch.tensor(idx)
+        ix, full = torch.tensor(idx), idx == list(range(self.P))       # full: every member, in place without index copies
         for p, m, v in zip(self.params, self.exp_avg, self.exp_avg_sq):
             if p.grad is None: continue
-            full = len(idx) == self.P and idx == list(range(self.P))
             w, g, mm, vv = (p.data, p.grad, m, v) if full else (p.data[ix], p.grad[ix], m[ix], v[ix])
             # torch's AdamW: w <- w (1 - lr wd); m <- lerp(m, g, 1 - b1); v <- b2 v + (1 - b2) g^2; w <- w - lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps)
             w.mul_(1 - lr * weight_decay); mm.lerp_(g, 1 - b1); vv.mul_(b2).addcmul_(g, g, value=1 - b2)
