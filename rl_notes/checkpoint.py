@@ -9,13 +9,13 @@ from pathlib import Path
 import numpy as np
 import torch
 from safetensors.torch import save_file, load_file, save_model, load_model as st_load_model
-from .configs import _field_error, unlink_link
+from .configs import field_error, unlink_link
 
 # %% auto #0
-__all__ = ['CKPT_VERSION', 'CheckpointError', 'file_sha256', 'seal_dir', 'write_json_atomic', 'read_json', 'bad_files',
-           'verify_dir', 'complete_dir', 'recover_dir', 'begin_dir', 'commit_dir', 'weights_file', 'rng_state',
-           'set_rng_state', 'optim_to_safetensors', 'optim_from_safetensors', 'read_state', 'save_checkpoint',
-           'load_checkpoint']
+__all__ = ['CKPT_VERSION', 'CheckpointError', 'fsync_dir', 'file_sha256', 'seal_dir', 'write_json_atomic', 'read_json',
+           'bad_files', 'verify_dir', 'complete_dir', 'recover_dir', 'begin_dir', 'commit_dir', 'weights_file',
+           'rng_state', 'set_rng_state', 'optim_to_safetensors', 'optim_from_safetensors', 'read_state',
+           'save_checkpoint', 'load_checkpoint']
 
 # %% ../nbs/26_checkpoint.ipynb #ad75988f
 CKPT_VERSION = 1
@@ -23,7 +23,7 @@ CKPT_VERSION = 1
 class CheckpointError(ValueError):
     "A checkpoint or run directory that cannot be used: missing, corrupt, in use, or written by a different configuration."
 
-def _fsync_dir(d):
+def fsync_dir(d):
     "Make a rename inside directory `d` durable (POSIX; a no-op where directories cannot be opened)."
     try: fd = os.open(d, os.O_RDONLY)
     except OSError: return
@@ -64,7 +64,7 @@ def write_json_atomic(path, obj):
     p = Path(path); tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
     try: _write_json(tmp, obj); os.replace(tmp, p)
     except BaseException: tmp.unlink(missing_ok=True); raise
-    _fsync_dir(p.parent)
+    fsync_dir(p.parent)
 
 # %% ../nbs/26_checkpoint.ipynb #e7f298ea
 def read_json(f, what:str="state") -> dict:
@@ -114,7 +114,7 @@ def recover_dir(path,  # the directory `X` a reader is about to use
             except OSError:                          # another process of the run recovered it first
                 if p.exists(): return True
                 raise
-            _fsync_dir(p.parent)
+            fsync_dir(p.parent)
             warnings.warn(f"recovered {p} from {cand.name} (a previous writer was killed while swapping it in)")
             return True
     return False
@@ -139,7 +139,7 @@ def commit_dir(path) -> Path:
     if old.exists() or old.is_symlink(): _remove(old)   # a leftover of an earlier swap; `X` itself is complete
     if p.exists() or p.is_symlink(): os.replace(p, old)
     os.replace(tmp, p)
-    _fsync_dir(p.parent)
+    fsync_dir(p.parent)
     if old.exists() or old.is_symlink(): _remove(old)
     return p
 
@@ -209,7 +209,7 @@ def read_state(path) -> dict:
         if name not in st:
             if name in _OPTIONAL: continue
             raise CheckpointError(f"{f}: field `{name}` is missing")
-        err = _field_error(tp, st[name], meta)
+        err = field_error(tp, st[name], meta)
         if err is not None: raise CheckpointError(f"{f}: field `{name}` must be {err}, got {st[name]!r}")
     return st
 

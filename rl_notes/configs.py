@@ -8,8 +8,8 @@ import os, re, math, types, typing, warnings, functools, dataclasses
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['TRL_NAMES', 'TRL_LOSSES', 'TRL_OTHER', 'GRPO_DEFAULTS', 'ConfigError', 'validate_config', 'TrlName', 'from_trl',
-           'TrlOther', 'trl_config_options', 'trl_batch', 'unlink_link', 'open_append']
+__all__ = ['TRL_NAMES', 'TRL_LOSSES', 'TRL_OTHER', 'GRPO_DEFAULTS', 'ConfigError', 'field_error', 'validate_config', 'TrlName',
+           'from_trl', 'TrlOther', 'trl_config_options', 'trl_batch', 'unlink_link', 'open_append']
 
 # %% ../nbs/20_configs.ipynb #4b04b03e
 class ConfigError(ValueError):
@@ -75,7 +75,7 @@ def _hints(cls) -> dict:
 def _bounds_text(meta) -> str:
     return " and ".join(f"{op} {meta[k]!r}" for k, op in _BOUNDS if k in meta)
 
-def _field_error(tp, v, meta) -> str|None:
+def field_error(tp, v, meta) -> str|None:
     "What `v` must be, or None when it satisfies the annotation `tp` and the constraints in `meta`."
     allow_inf = bool(meta.get("allow_inf", False))
     optional = _is_union(tp) and _NoneType in typing.get_args(tp)
@@ -100,7 +100,7 @@ def validate_config(cfg) -> None:
     for f in dataclasses.fields(cfg):
         v = getattr(cfg, f.name)
         if f.name not in hints: continue
-        err = _field_error(hints[f.name], v, f.metadata)
+        err = field_error(hints[f.name], v, f.metadata)
         if err is not None:
             raise ConfigError(f"{cls}.{f.name} {err if err.startswith('must') else 'must be ' + err}, got {v!r}")
         if dataclasses.is_dataclass(v) and not isinstance(v, type): validate_config(v)

@@ -9,8 +9,9 @@ from collections.abc import Callable
 import torch
 
 # %% auto #0
-__all__ = ['AGG_MODES', 'KL_KINDS', 'check_shapes', 'masked_sum', 'masked_mean', 'masked_var', 'masked_whiten', 'lockstep',
-           'agg_loss', 'logprobs_from_logits', 'logprobs_and_entropy', 'logprobs_from_hidden', 'kl_penalty']
+__all__ = ['AGG_MODES', 'KL_KINDS', 'check_shapes', 'masked_sum', 'masked_mean', 'masked_var', 'reduced_sum', 'masked_whiten',
+           'lockstep', 'agg_loss', 'logprobs_from_logits', 'logprobs_and_entropy', 'token_logp', 'logprobs_from_hidden',
+           'kl_penalty']
 
 # %% ../nbs/00_core.ipynb #355fc4e7
 def _check_mask(x:torch.Tensor, mask:torch.Tensor, xname:str='x', dim:int|None=None):
@@ -72,7 +73,7 @@ def masked_var(x:torch.Tensor,  # values, any shape
     return var if dim is None else torch.where(n >= need, var, torch.zeros_like(var))
 
 # %% ../nbs/00_core.ipynb #ca40e90b
-def _reduced(reduce:Callable, t:torch.Tensor) -> torch.Tensor:
+def reduced_sum(reduce:Callable, t:torch.Tensor) -> torch.Tensor:
     "Sum of `t` (detached, float64) over all data-parallel processes by the caller's `reduce`, back on `t`'s device."
     return reduce(t.detach().double()).to(t.device)
 
@@ -92,11 +93,11 @@ def masked_whiten(x:torch.Tensor,  # values, e.g. advantages (B, T)
         return torch.where(m, w, torch.zeros_like(w))
     # data parallel, in float64: count and sum over every process, then the centred sum of squares
     xd = x.double()
-    n, s = _reduced(reduce, torch.stack([m.sum().double(), masked_sum(xd, m)]))
+    n, s = reduced_sum(reduce, torch.stack([m.sum().double(), masked_sum(xd, m)]))
     if n < 2: return x                                             # fewer than 2 tokens on all processes together: unchanged
     mean = s / n
     # $\sigma^2 = \frac{1}{n-1}\sum_{\text{all processes}} (x - \mu)^2$ (Bessel-corrected, as `masked_var`)
-    var = _reduced(reduce, masked_sum((xd - mean) ** 2, m)) / (n - 1)
+    var = reduced_sum(reduce, masked_sum((xd - mean) ** 2, m)) / (n - 1)
     w = (xd - mean) * torch.rsqrt(var + eps)
     if not shift_mean: w = w + mean
     w = w.to(x.dtype)
@@ -312,7 +313,7 @@ def logprobs_and_entropy(logits:torch.Tensor,  # (B, T, V) (or any (..., V))
     chunk = _check_logits(logits, labels, chunk_size, temperature, ignore_index)
     return _LogpEntropy.apply(logits, labels.long(), chunk, float(temperature), True, ignore_index)
 
-def _token_logp(logits:torch.Tensor,  # (n, V) float32 logits of n rows (e.g. one sampling step)
+def token_logp(logits:torch.Tensor,  # (n, V) float32 logits of n rows (e.g. one sampling step)
                 labels:torch.Tensor,  # (n,) token ids, all in [0, V)
                 temperature:float=1.0,  # logits are divided by it
                ) -> torch.Tensor:

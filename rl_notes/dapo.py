@@ -7,7 +7,7 @@ from __future__ import annotations
 import math, warnings
 from collections.abc import Callable
 import torch
-from .grpo import grpo_loss, _check_groups
+from .grpo import grpo_loss, check_groups
 
 # %% auto #0
 __all__ = ['FILL_MODES', 'max_prob_after_clip', 'filter_groups', 'dynamic_sample', 'overlong_filter_mask',
@@ -32,7 +32,7 @@ def filter_groups(rewards:torch.Tensor,  # (B,) rewards, B = n_groups * group_si
     "Keep mask of DAPO's dynamic sampling: drop groups that are all-correct or all-wrong (zero advantage)."
     if not isinstance(rewards, torch.Tensor) or rewards.dim() != 1:
         raise ValueError(f"`rewards` must be a 1-D tensor (B,), got {getattr(rewards, 'shape', type(rewards))}")
-    n = _check_groups(rewards.numel(), group_size)
+    n = check_groups(rewards.numel(), group_size)
     r = rewards.view(n, group_size)
     keep = r.amax(-1) != r.amin(-1)                                # (n,)
     return keep.repeat_interleave(group_size)                      # (B,)

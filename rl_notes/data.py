@@ -16,9 +16,9 @@ from .trainconfig import reward_spec
 
 # %% auto #0
 __all__ = ['DATA_SUFFIXES', 'HUB_ID', 'HUB_DATA_FILES', 'F32_MAX', 'is_conversational', 'check_prompts', 'check_data_file',
-           'check_saved_dir', 'read_source', 'is_hub_id', 'hub_snapshot', 'hub_dataset', 'load_dataset_splits',
-           'render_prompts', 'completions_for', 'RewardFunctionError', 'reward_name', 'load_reward_function',
-           'RewardSet']
+           'check_saved_dir', 'read_source', 'is_hub_id', 'hub_snapshot', 'is_hub_dataset_id', 'hub_dataset',
+           'load_dataset_splits', 'render_prompts', 'completions_for', 'RewardFunctionError', 'reward_name',
+           'load_reward_function', 'RewardSet']
 
 # %% ../nbs/22_data.ipynb #43f23ecb
 def _describe(x) -> str:
@@ -141,7 +141,7 @@ def read_source(source,  # a Dataset, a DatasetDict, a .jsonl/.json/.parquet/.cs
     if not isinstance(source, (str, os.PathLike)):
         raise ValueError(f"`dataset` must be a Dataset, a DatasetDict or a local path, got {_describe(source)}")
     p = Path(source).expanduser()
-    if _hub_dataset_id(source): return hub_dataset(source)
+    if is_hub_dataset_id(source): return hub_dataset(source)
     if not p.exists():
         raise ValueError(f"`dataset` path {str(p)!r} does not exist (a local data file or `save_to_disk` directory is "
                          "expected, or a hub id 'org/name[:config[:split]]')")
@@ -198,7 +198,7 @@ def hub_snapshot(repo_id:str,  # "org/name"
 
 HUB_DATA_FILES = ["*.json", "*.jsonl", "*.parquet", "*.csv", "*.arrow", "README.md"]  # data files at any depth ("*" matches "/"), never a loading script
 
-def _hub_dataset_id(s) -> bool:
+def is_hub_dataset_id(s) -> bool:
     "Is `s` a hub dataset id `org/name[:config[:split]]` rather than a local path?"
     return isinstance(s, str) and ":" not in s.split("/")[0] and is_hub_id(s.split(":")[0]) and s.count(":") <= 2
 

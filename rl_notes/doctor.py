@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 import numpy as np
-from .runlogs import DoctorError, KNOWN_UNUSED, SOURCE_MAPS, VOCAB, _dynamic_sampling, _read_bytes, read_log, to_series
+from .runlogs import DoctorError, KNOWN_UNUSED, SOURCE_MAPS, VOCAB, used_dynamic_sampling, read_file_bytes, read_log, to_series
 
 
 # %% ../nbs/42_doctor.ipynb #3291b047
@@ -464,7 +464,7 @@ def diagnose(path_or_rows,  # a run directory or log file, or a list of metric r
     "Read a run's logged metrics and name the failure modes they show, with evidence."
     if isinstance(path_or_rows, (str, os.PathLike)):
         source, rows, f = read_log(path_or_rows, source)
-        ds = source == "rl_notes" and _dynamic_sampling(f)
+        ds = source == "rl_notes" and used_dynamic_sampling(f)
     elif isinstance(path_or_rows, list) and all(isinstance(r, dict) for r in path_or_rows):
         rows, f, source = path_or_rows, "<rows>", source or "csv"
         ds = source == "rl_notes" and dynamic_sampling
@@ -521,7 +521,7 @@ def run_name(r:Report) -> str:
     "The run's name for a title: its directory, or, for a cache entry named by a hash, what its config.json says (algo, lr, seed)."
     d = Path(r.path).parent if Path(r.path).is_file() or Path(r.path).suffix else Path(r.path)
     if not re.fullmatch(r"[0-9a-f]{12,}|run-[\w-]+", d.name): return d.name or str(r.path)
-    try: cfg = json.loads(_read_bytes(d / "config.json"))
+    try: cfg = json.loads(read_file_bytes(d / "config.json"))
     except (DoctorError, ValueError): return d.name
     algo = cfg.get("algo", {}).get("name", "?") if isinstance(cfg.get("algo"), dict) else cfg.get("algo", "?")
     return f"{algo} run, lr {cfg.get('lr', '?')}, seed {cfg.get('seed', '?')} ({d.name[:8]})"

@@ -11,7 +11,7 @@ from safetensors.torch import load_file, save_file
 from .trainconfig import Algo, TrainConfig, PRESETS, RUN_CONTROL, get_algo
 from .trainer import train
 from .sft import SFTConfig, sft_train
-from .models import load_model, _quiet_hf
+from .models import load_model, quiet_hf
 from .rollout import sample_eval
 from .tasks import TASKS, get_task
 from .cache import cache_dir, code_version
@@ -72,7 +72,7 @@ def micro_model(out:str|Path) -> Path:
     "SFT the micro Llama on 1-digit sums (`MICRO_SFT`, a few seconds) and save it with its tokenizer to `out`; returns `out`."
     task = get_task(MICRO_TASK[0], **MICRO_TASK[1])
     with micro_env(): model, tok, _ = sft_train(task, SFTConfig(model_cfg=MICRO_MODEL, **MICRO_SFT), progress=False)
-    with _quiet_hf(): model.save_pretrained(out); tok.save_pretrained(out)
+    with quiet_hf(): model.save_pretrained(out); tok.save_pretrained(out)
     return Path(out)
 
 def micro_reward_model(policy_dir:str|Path, out:str|Path) -> Path:

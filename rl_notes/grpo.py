@@ -10,12 +10,12 @@ from .core import agg_loss, kl_penalty, masked_mean
 from .ppo import ppo_policy_loss
 
 # %% auto #0
-__all__ = ['ADV_SCALES', 'group_advantages', 'process_advantages', 'grpo_loss']
+__all__ = ['ADV_SCALES', 'check_groups', 'group_advantages', 'process_advantages', 'grpo_loss']
 
 # %% ../nbs/11_grpo.ipynb #1c33647b
 ADV_SCALES = ("group", "batch", "none")
 
-def _check_groups(n:int, group_size, what:str="rewards"):
+def check_groups(n:int, group_size, what:str="rewards"):
     "Raise unless `group_size` is an int >= 2 that divides `n`."
     if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 2:
         raise ValueError(f"`group_size` must be an int >= 2 (a group of 1 has no baseline), got {group_size!r}")
@@ -39,7 +39,7 @@ def group_advantages(rewards:torch.Tensor,  # (B,) scalar reward per response, B
     if not torch.isfinite(rewards).all(): raise ValueError("`rewards` contains NaN or inf")
     if scale not in ADV_SCALES: raise ValueError(f"unknown `scale` {scale!r}; expected one of {ADV_SCALES}")
     if not (eps >= 0 and math.isfinite(eps)): raise ValueError(f"`eps` must be >= 0 and finite, got {eps}")
-    n = _check_groups(rewards.numel(), group_size)
+    n = check_groups(rewards.numel(), group_size)
     if n == 0: return torch.zeros(0, device=rewards.device)
     x = rewards.view(n, group_size)
     # a group with huge rewards (|r| > 2^32) is divided by a power of two s first: exact, and its float32 moments cannot
@@ -75,7 +75,7 @@ def process_advantages(step_rewards:torch.Tensor,  # (B, K) reward of each step;
         raise ValueError(f"`mask` must be (B, T) with B={step_rewards.shape[0]}, got {tuple(mask.shape)}")
     if step_ends.dtype.is_floating_point: raise ValueError(f"`step_ends` must be integer, got {step_ends.dtype}")
     B, T = mask.shape
-    n = _check_groups(B, group_size, "step_rewards")
+    n = check_groups(B, group_size, "step_rewards")
     m = mask != 0
     valid = step_ends >= 0                                         # (B, K)
     if (step_ends >= T).any() or (step_ends < -1).any():

@@ -308,7 +308,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 from .trainconfig import Algo, get_algo
-from .trainer import setup, collect, advantages, update, _minibatches
+from .trainer import setup, collect, advantages, update, minibatch_plan
 from .report import Meter
 from .algo import POLICY_LOSSES
 from .rollout import response_logprobs
@@ -334,7 +334,7 @@ def lab_pass1(cfgs:list,  # finished lab runs
 @contextlib.contextmanager
 def upper_clip_log(run, batch):
     "Count, per token (B, T), the optimizer steps of `update(run, 1, batch, mt)` in which its upper clip was active (the run's loss, wrapped)."
-    plan = [i for i, _, _ in _minibatches(run, 1, batch)]          # the rows of each optimizer step, in the order `update` takes them
+    plan = [i for i, _, _ in minibatch_plan(run, 1, batch)]          # the rows of each optimizer step, in the order `update` takes them
     hits, k, f, eh = torch.zeros(batch.loss_mask.shape, dtype=torch.int), [0], POLICY_LOSSES[run.algo.loss], run.algo.eps_high
     def logged(algo, logp, old_logp, ref_logp, adv, mask, **kw):
         a = adv if adv.dim() == 2 else adv[:, None].expand_as(logp)

@@ -16,8 +16,9 @@ from .data import is_hub_id, hub_snapshot
 
 # %% auto #0
 __all__ = ['SPECIAL_TOKENS', 'HUB_MODEL_FILES', 'CHATML_TEMPLATE', 'CHAT_SPECIAL_TOKENS', 'QWEN2_SPLIT', 'build_tokenizer',
-           'tiny_llama', 'resolve_model', 'load_tokenizer', 'load_model', 'load_reward_model', 'build_bpe_tokenizer',
-           'tiny_qwen2', 'save_tiny_chat_model', 'apply_lora', 'enable_gradient_checkpointing', 'autocast_forward']
+           'tiny_llama', 'resolve_model', 'quiet_hf', 'load_tokenizer', 'load_model', 'load_reward_model',
+           'build_bpe_tokenizer', 'tiny_qwen2', 'save_tiny_chat_model', 'apply_lora', 'enable_gradient_checkpointing',
+           'autocast_forward']
 
 # %% ../nbs/24_models.ipynb #b376018a
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<unk>")  # ids 0, 1, 2, 3
@@ -90,7 +91,7 @@ def _check_model_dir(path, what:str="model `path`") -> Path:
     return p
 
 @contextlib.contextmanager
-def _quiet_hf():
+def quiet_hf():
     "Hide transformers' weight-loading progress bars inside the block, restoring the previous setting."
     bars = hf_logging.is_progress_bar_enabled(); hf_logging.disable_progress_bar()
     try: yield
@@ -124,7 +125,7 @@ def load_model(path:str|Path,  # a directory written by save_pretrained (model a
     dtype = _torch_dtype(dtype)
     p = _check_model_dir(resolve_model(path))
     try:
-        with _quiet_hf(): model = AutoModelForCausalLM.from_pretrained(p, dtype=dtype, local_files_only=True, trust_remote_code=False, use_safetensors=True)
+        with quiet_hf(): model = AutoModelForCausalLM.from_pretrained(p, dtype=dtype, local_files_only=True, trust_remote_code=False, use_safetensors=True)
     except Exception as e: raise ValueError(f"could not load a causal LM from {str(path)!r}: {_first_line(e)}") from None
     return model.eval(), load_tokenizer(p)
 
@@ -141,7 +142,7 @@ def load_reward_model(path:str,  # directory of a sequence-classification checkp
     except (OSError, ValueError): arch = ""
     if arch.endswith("ForCausalLM"): raise ValueError(f"TrainConfig.critic_init {path!r} is a causal LM ({arch}), not a reward model: {what}")
     try:
-        with _quiet_hf(): rm = AutoModelForSequenceClassification.from_pretrained(path, local_files_only=True, trust_remote_code=False, use_safetensors=True)
+        with quiet_hf(): rm = AutoModelForSequenceClassification.from_pretrained(path, local_files_only=True, trust_remote_code=False, use_safetensors=True)
     except Exception as e: raise ValueError(f"TrainConfig.critic_init {path!r}: cannot load a reward model: {_first_line(e)}") from None
     if rm.config.num_labels != 1: raise ValueError(f"TrainConfig.critic_init {path!r} has num_labels={rm.config.num_labels}; a reward model has 1: {what}")
     if policy is not None and rm.config.vocab_size != policy.config.vocab_size:
@@ -255,7 +256,7 @@ def save_tiny_chat_model(path:str|Path,  # directory to write (created; existing
     # a corpus that yields fewer merges than asked leaves the embedding padded with unused rows, as real checkpoints pad theirs
     model = tiny_qwen2(tok, hidden_size=hidden_size, num_layers=num_layers, seed=seed, vocab_size=vocab_size, **kw)
     p = Path(path).expanduser(); p.mkdir(parents=True, exist_ok=True)
-    with _quiet_hf(): model.save_pretrained(p, safe_serialization=True)
+    with quiet_hf(): model.save_pretrained(p, safe_serialization=True)
     tok.save_pretrained(p)
     return p
 

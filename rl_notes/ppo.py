@@ -10,7 +10,7 @@ from typing import NamedTuple
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from .core import masked_mean, masked_sum, masked_var, agg_loss, check_shapes, kl_penalty, _reduced
+from .core import masked_mean, masked_sum, masked_var, agg_loss, check_shapes, kl_penalty, reduced_sum
 
 # %% auto #0
 __all__ = ['gae_reference', 'gae', 'PolicyRatio', 'clip_metrics', 'policy_ratio', 'ppo_policy_loss', 'explained_variance',
@@ -259,10 +259,10 @@ def explained_variance(values:torch.Tensor,  # predictions (B, T)
 def _ev_reduced(values, returns, m, reduce):
     "Explained variance of the union of every process's rows: count and sums, then centred sums of squares, all reduced."
     d = returns - values                                           # (B, T) float64
-    n, sy, sd = _reduced(reduce, torch.stack([m.sum().double(), masked_sum(returns, m), masked_sum(d, m)]))
+    n, sy, sd = reduced_sum(reduce, torch.stack([m.sum().double(), masked_sum(returns, m), masked_sum(d, m)]))
     if n < 2: return torch.tensor(float('nan'))
     # $\mathrm{Var}[y] = \frac{1}{n-1}\sum_{\text{all processes}}(y - \bar y)^2$, likewise for $y - \hat y$
-    ssy, ssd = _reduced(reduce, torch.stack([masked_sum((returns - sy / n) ** 2, m), masked_sum((d - sd / n) ** 2, m)]))
+    ssy, ssd = reduced_sum(reduce, torch.stack([masked_sum((returns - sy / n) ** 2, m), masked_sum((d - sd / n) ** 2, m)]))
     if ssy == 0: return torch.tensor(float('nan'))
     return (1 - ssd / ssy).float()
 

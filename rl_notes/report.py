@@ -7,7 +7,7 @@ from __future__ import annotations
 import os, re, json, math, copy, shutil, hashlib, warnings
 from pathlib import Path
 import torch
-from .models import _quiet_hf
+from .models import quiet_hf
 from .trainconfig import TrainConfig
 from .rundir import RunDir
 from .checkpoint import CheckpointError
@@ -192,7 +192,7 @@ def export_model(run,  # the run (`rl_notes.trainer.Run`): its config, policy, t
     if cfg.lora_r and not cfg.save_adapter: m = copy.deepcopy(m).merge_and_unload()   # the training model keeps its adapters
     use_cache, m.config.use_cache = m.config.use_cache, True          # gradient checkpointing turned it off for training only
     try:
-        with _quiet_hf(): m.save_pretrained(tmp, safe_serialization=True)
+        with quiet_hf(): m.save_pretrained(tmp, safe_serialization=True)
     finally: m.config.use_cache = use_cache
     run.tok.save_pretrained(tmp)
     (tmp / "README.md").write_text(model_card(cfg, run.rows, step))

@@ -8,7 +8,7 @@ import time, contextlib
 from dataclasses import dataclass, field, replace
 import torch
 from transformers import DynamicCache, StaticCache
-from .core import logprobs_from_logits, logprobs_and_entropy, logprobs_from_hidden, _token_logp
+from .core import logprobs_from_logits, logprobs_and_entropy, logprobs_from_hidden, token_logp
 from .data import render_prompts
 
 # %% auto #0
@@ -233,7 +233,7 @@ def generate(model,  # a causal LM (e.g. `tiny_llama` or `load_model`)
             logits = torch.where(ok[:, None], logits, torch.zeros_like(logits))
         keep = keep_mask(torch.softmax(logits / temperature if temperature != 1.0 else logits, -1), top_k, top_p, min_p) if truncate else None
         tok = logits.argmax(-1) if greedy else _sample_blocks(logits, temperature, gen, keep)
-        lp = _token_logp(logits, tok, temperature)                          # (B,) as `logprobs_from_logits` computes it
+        lp = token_logp(logits, tok, temperature)                          # (B,) as `logprobs_from_logits` computes it
         live = ~done
         if truncate:                                                         # log p(y | support): renormalised on what could be drawn
             sup = _support_ids(keep); lp = lp - support_logmass(logits, sup, temperature)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os, re, json, math, time, shutil, socket, fnmatch, warnings, importlib.metadata
 from pathlib import Path
 from .configs import unlink_link
-from .checkpoint import (CheckpointError, _fsync_dir, recover_dir, complete_dir, begin_dir, seal_dir, commit_dir, read_json,
+from .checkpoint import (CheckpointError, fsync_dir, recover_dir, complete_dir, begin_dir, seal_dir, commit_dir, read_json,
                                  write_json_atomic, read_state, save_checkpoint, load_checkpoint, weights_file)
 
 # %% auto #0
@@ -75,7 +75,7 @@ class MetricsLog:
             os.replace(tmp, self.path)
         except BaseException:
             tmp.unlink(missing_ok=True); raise
-        _fsync_dir(self.path.parent); self._tail_checked = True
+        fsync_dir(self.path.parent); self._tail_checked = True
 
     def _drop_partial_tail(self):
         "Before the first append: cut a half-written last line off, so the new row starts a line of its own."

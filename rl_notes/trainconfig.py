@@ -12,10 +12,10 @@ from .configs import validate_config, from_trl, TRL_NAMES, ConfigError
 
 # %% auto #0
 __all__ = ['PRESETS', 'TRL_TRAIN', 'PRESET_TRAIN', 'RUN_CONTROL', 'KEY_LATE', 'CHARS', 'OFFPOLICY_FIELDS', 'LAB_DEFAULTS',
-           'REAL_MODEL_PARAMS', 'PATH_FIELDS', 'Algo', 'get_algo', 'late_absent', 'TrainConfig', 'trl_config',
-           'SFTConfig', 'reward_spec', 'lr_factor', 'eval_due', 'offpolicy_settings', 'sampler_differs',
-           'low_precision_stall', 'warn_low_precision', 'dir_problem', 'content_changes', 'paths_read',
-           'absolute_paths']
+           'REAL_MODEL_PARAMS', 'PATH_FIELDS', 'Algo', 'get_algo', 'dataset_label', 'late_absent', 'TrainConfig',
+           'trl_config', 'SFTConfig', 'reward_spec', 'lr_factor', 'eval_due', 'offpolicy_settings', 'sampler_differs',
+           'warn_tiny_defaults', 'low_precision_stall', 'warn_low_precision', 'dir_problem', 'check_extras',
+           'reward_file', 'content_changes', 'paths_read', 'absolute_paths']
 
 # %% ../nbs/21_trainconfig.ipynb #2efb1170
 def _f(default, **rules):
@@ -229,7 +229,7 @@ def _dataset_arg(v) -> str|None:
     if v is None or isinstance(v, (str, os.PathLike)) or hasattr(v, "column_names"): return None
     return "must be None, a path, or a datasets.Dataset / DatasetDict"
 
-def _dataset_label(v) -> str:
+def dataset_label(v) -> str:
     "How config.json records a dataset object: its type and content fingerprint(s), equal for equal data (so a resume can check it)."
     fp = getattr(v, "_fingerprint", None) or {k: getattr(d, "_fingerprint", None) for k, d in v.items()}
     return f"{type(v).__name__}(fingerprint={fp})"
@@ -405,7 +405,7 @@ class TrainConfig:
     def to_dict(self):
         "JSON-able: a reward function given as a callable is written as its 'module:qualname', a dataset object as its fingerprint."
         d = asdict(dataclasses.replace(self, dataset=None if self.dataset is None else ""))   # a dataset object is not deep-copied (a stand-in keeps the config valid)
-        d["dataset"] = self.dataset if self.dataset is None or isinstance(self.dataset, str) else _dataset_label(self.dataset)
+        d["dataset"] = self.dataset if self.dataset is None or isinstance(self.dataset, str) else dataset_label(self.dataset)
         if d["reward"] is not None: d["reward"] = [reward_spec(r) for r in self.reward]   # as `RewardSet.config` writes them
         return d
     @classmethod
@@ -515,7 +515,7 @@ def sampler_differs(cfg:TrainConfig) -> bool:
 LAB_DEFAULTS = {"lr": 5e-4, "max_new_tokens": 16}  # TrainConfig's defaults, sized for the lab's tiny models
 REAL_MODEL_PARAMS = 100_000_000  # above this many parameters those defaults are the wrong ones
 
-def _warn_tiny_defaults(cfg:TrainConfig,
+def warn_tiny_defaults(cfg:TrainConfig,
                         model,  # any object with `parameters()` (a torch module)
                        ) -> str|None:
     "Warn (and return the message) when a model over `REAL_MODEL_PARAMS` parameters keeps one of the lab's tiny-model defaults."
@@ -568,7 +568,7 @@ def _needed_extras(cfg:TrainConfig) -> dict:
     if rep: need[rep] = (f'TrainConfig.report_to="{cfg.report_to}"', rep)
     return need
 
-def _check_extras(cfg:TrainConfig, find=None):
+def check_extras(cfg:TrainConfig, find=None):
     "A ValueError naming the first optional package the run needs that is not installed, and the extra that installs it."
     find = find or importlib.util.find_spec   # looked up at call time (a test can hide a package)
     for pkg, (why, extra) in _needed_extras(cfg).items():
@@ -577,7 +577,7 @@ def _check_extras(cfg:TrainConfig, find=None):
 # %% ../nbs/21_trainconfig.ipynb #237cf108
 PATH_FIELDS = ("model", "dataset", "reward", "critic_init", "teacher")  # compared by content on resume (`content_fingerprints`), not as spelled
 
-def _reward_file(spec) -> tuple[str, str]|None:
+def reward_file(spec) -> tuple[str, str]|None:
     "(file, function) of a 'path/file.py:function' spec; None for a module spec or a callable."
     if not isinstance(spec, str): return None
     target, _, attr = spec.rpartition(":")
@@ -586,7 +586,7 @@ def _reward_file(spec) -> tuple[str, str]|None:
 def _resolved(d:dict) -> dict:
     "The path fields of a config dict with their paths resolved (a checkpoint without content hashes is compared so)."
     real = lambda p: os.path.realpath(p) if isinstance(p, str) else p
-    rw = lambda s: (lambda f: f"{real(f[0])}:{f[1]}" if f else s)(_reward_file(s))
+    rw = lambda s: (lambda f: f"{real(f[0])}:{f[1]}" if f else s)(reward_file(s))
     return {"model": real(d.get("model")), "dataset": real(d.get("dataset")), "critic_init": real(d.get("critic_init")),
             "teacher": real(d.get("teacher")), "reward": [rw(s) for s in d.get("reward") or []]}
 
@@ -615,7 +615,7 @@ def absolute_paths(cfg:TrainConfig) -> TrainConfig:
     "`cfg` with its local paths made absolute (out_dir always; model, dataset, reward files, critic_init, teacher where they exist): what a run opens with, so nothing later depends on the current directory (a reward that calls `os.chdir` moves no file the run writes)."
     absl = lambda p: os.path.abspath(p) if isinstance(p, (str, os.PathLike)) and str(p) and os.path.exists(p) else p
     def rew(s):
-        rf = _reward_file(s)
+        rf = reward_file(s)
         return f"{os.path.abspath(rf[0])}:{rf[1]}" if rf and os.path.exists(rf[0]) else s
     return dataclasses.replace(cfg, out_dir=os.path.abspath(cfg.out_dir), model=absl(cfg.model), dataset=absl(cfg.dataset),
                                reward=[rew(s) for s in cfg.reward] if cfg.reward else cfg.reward, critic_init=absl(cfg.critic_init),

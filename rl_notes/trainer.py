@@ -15,15 +15,15 @@ from .ppo import value_loss, explained_variance, terminal_rewards, value_model_f
 from .dapo import dynamic_sample, soft_overlong_punishment
 from .vapo import positive_lm_loss, value_pretrain_loss
 from .family import accelerate_gather
-from .data import RewardSet, load_dataset_splits, render_prompts, reward_spec, is_hub_id, hub_snapshot, HUB_DATA_FILES, _hub_dataset_id
+from .data import RewardSet, load_dataset_splits, render_prompts, reward_spec, is_hub_id, hub_snapshot, HUB_DATA_FILES, is_hub_dataset_id
 from .tasks import get_task
-from .models import load_model, load_tokenizer, load_reward_model, apply_lora, enable_gradient_checkpointing, _quiet_hf, resolve_model, autocast_forward
+from .models import load_model, load_tokenizer, load_reward_model, apply_lora, enable_gradient_checkpointing, quiet_hf, resolve_model, autocast_forward
 from .rollout import Rollout, NonFiniteLogits, generate, response_logprobs, evaluate
 from .rundir import RunDir, RunLock, run_mode, checkpoint_dirs
 from .checkpoint import CheckpointError
 from .cache import cache_dir, content_sha256
-from .trainconfig import (Algo, TrainConfig, RUN_CONTROL, PATH_FIELDS, late_absent, absolute_paths, _dataset_label, _reward_file, content_changes, paths_read, lr_factor, eval_due,
-                                  dir_problem, _check_extras, _warn_tiny_defaults, warn_low_precision)
+from .trainconfig import (Algo, TrainConfig, RUN_CONTROL, PATH_FIELDS, late_absent, absolute_paths, dataset_label, reward_file, content_changes, paths_read, lr_factor, eval_due,
+                                  dir_problem, check_extras, warn_tiny_defaults, warn_low_precision)
 from .algo import Batch, make_batch, POLICY_LOSSES, Tokens, modify_tokens, estimate_advantages, micro_share, micro_parts, take, EntropyBonus, loss_logs
 from .report import Meter, Reporter, MODEL_DIR, export_model, export_step, export_intact, recover_model, TrainResult, named_row
 from .policies import Sampler, Reference, Teacher, teacher_dir
@@ -31,7 +31,7 @@ from .policies import Sampler, Reference, Teacher, teacher_dir
 
 # %% auto #0
 __all__ = ['heldout_eval', 'TrainingDiverged', 'seed_everything', 'Run', 'preflight', 'content_fingerprints', 'check_content',
-           'setup', 'PeerFailed', 'together', 'collect', 'advantages', 'update', 'heldout', 'log_row',
+           'setup', 'PeerFailed', 'together', 'collect', 'advantages', 'minibatch_plan', 'update', 'heldout', 'log_row',
            'keep_checkpoints', 'checkpoint', 'value_pretrain_step', 'StopRequest', 'run_loop', 'train']
 
 # %% ../nbs/33_trainer.ipynb #f189dc6a
@@ -126,8 +126,8 @@ class Run:
 # %% ../nbs/33_trainer.ipynb #62645a04
 def _models(cfg:TrainConfig, acc, model_dir:Path|None=None) -> dict:
     "Policy (and its frozen reference when beta > 0), a critic when the estimator needs one, AdamW for each; prepared by `acc`."
-    with _quiet_hf(): policy, tok = load_model(model_dir or cfg.model, dtype=cfg.dtype)   # model_dir: cfg.model resolved (a hub id: its snapshot)
-    _warn_tiny_defaults(cfg, policy); warn_low_precision(cfg, policy)
+    with quiet_hf(): policy, tok = load_model(model_dir or cfg.model, dtype=cfg.dtype)   # model_dir: cfg.model resolved (a hub id: its snapshot)
+    warn_tiny_defaults(cfg, policy); warn_low_precision(cfg, policy)
     policy.to(acc.device).train()
     # under LoRA the reference is the same model with its adapters disabled (`_old_ref_logp`), not a copy
     ref = copy.deepcopy(policy).eval().requires_grad_(False) if cfg.algo.beta > 0 and not cfg.lora_r else None
@@ -157,7 +157,7 @@ def _data(cfg:TrainConfig, task) -> tuple[list, list, RewardSet]:
         train_rows, test_rows, where = tr.to_list(), te.to_list()[:cfg.n_eval], f"task {cfg.task!r}"
     else:
         tr, te = load_dataset_splits(cfg.dataset, seed=cfg.seed, cache_dir=str(cache_dir("datasets")))   # datasets' copy under the one cache root
-        name = cfg.dataset if isinstance(cfg.dataset, str) else _dataset_label(cfg.dataset)
+        name = cfg.dataset if isinstance(cfg.dataset, str) else dataset_label(cfg.dataset)
         train_rows, test_rows, where = tr.to_list()[:cfg.n_train], te.to_list()[:cfg.n_eval], f"TrainConfig.dataset {name!r}"
         if cfg.n_train is not None and len(tr) > cfg.n_train:   # never silent: the cap is the lab's default, sized for its tasks
             warnings.warn(f"{where}: training on the first {cfg.n_train} of its {len(tr)} training rows (TrainConfig.n_train, --n-train); "
@@ -200,7 +200,7 @@ def preflight(cfg:TrainConfig, train_rows:list, test_rows:list,
               extras:bool=True,  # check the optional packages (`setup` checks them first, before any data loads)
              ):
     "Before any weights load: optional packages, the tokenizer against the model, every prompt rendered, empty and too-long prompts, reward weights."
-    if extras: _check_extras(cfg)                                        # optional packages
+    if extras: check_extras(cfg)                                        # optional packages
     if cfg.report_to == "tensorboard" and not cfg.overwrite and (why := dir_problem(tb := os.path.join(cfg.out_dir, "tensorboard"))):
         raise ValueError(f'TrainConfig.report_to="tensorboard" writes to {tb!r}, which cannot be created: {why}')   # --overwrite removes a run's own
     d = model_dir or resolve_model(cfg.model, "TrainConfig.model")
@@ -237,10 +237,10 @@ def content_fingerprints(cfg:TrainConfig,
     out = {}
     if isinstance(cfg.dataset, str):    # a hub id: the content of its cached snapshot, resolved as the run resolves it
         out["dataset"] = (f"{content_sha256(hub_snapshot(cfg.dataset.split(':')[0], 'dataset', HUB_DATA_FILES, what='`dataset`'))}:{cfg.dataset}"
-                          if _hub_dataset_id(cfg.dataset) else content_sha256(cfg.dataset))
-    elif cfg.dataset is not None: out["dataset"] = _dataset_label(cfg.dataset)
+                          if is_hub_dataset_id(cfg.dataset) else content_sha256(cfg.dataset))
+    elif cfg.dataset is not None: out["dataset"] = dataset_label(cfg.dataset)
     for i, s in enumerate(cfg.reward or []):
-        rf = _reward_file(s)
+        rf = reward_file(s)
         out[f"reward[{i}]"] = f"{content_sha256(rf[0])}:{rf[1]}" if rf and os.path.isfile(rf[0]) else reward_spec(s)
     if model:
         out["model"] = content_sha256(model_dir or resolve_model(cfg.model))   # a hub id: its cached snapshot
@@ -328,7 +328,7 @@ def setup(cfg:TrainConfig,  # the run
         raise ValueError(f"rows per process ({cfg.n_prompts // W * cfg.group_size}) must be divisible by n_minibatches ({cfg.n_minibatches})")
     if not cfg.model or not (os.path.isdir(cfg.model) or is_hub_id(cfg.model)): raise FileNotFoundError(f"model path {cfg.model!r} is not a directory")
     model_dir = resolve_model(cfg.model, "TrainConfig.model")   # once; a hub id not in the cache and offline: one line, before any work
-    _check_extras(cfg)                              # a missing optional package: one line, before any data or model is loaded
+    check_extras(cfg)                              # a missing optional package: one line, before any data or model is loaded
     if cfg.threads: torch.set_num_threads(cfg.threads)
     seed_everything(cfg.seed)
     task = get_task(cfg.task, **cfg.task_kw) if cfg.task is not None else None   # None: a dataset scored by reward functions
@@ -487,7 +487,7 @@ def _old_ref_logp(run:Run, batch:Batch, mt:Meter):
     mt.add("time_old_ref", time.time() - t0, 1)
     return old, ref
 
-def _minibatches(run:Run, step:int, batch:Batch) -> list[tuple]:
+def minibatch_plan(run:Run, step:int, batch:Batch) -> list[tuple]:
     "(rows, tokens, positive tokens) of every optimizer step of the update; the counts summed over processes in one collective."
     cfg, B = run.cfg, len(batch.ro)
     mb, plan = B // cfg.n_minibatches, []
@@ -603,7 +603,7 @@ def update(run:Run, step:int, batch:Batch, mt:Meter):
     run.sampler.log_gap(old_logp, batch.ro, batch.mask, mt)                 # the gap as the learner sees it, before any update
     loss_ref = run.reference.loss_logp(ref_logp)                            # the KL is in the reward, or in the loss
     t0, pooled = time.time(), dict(values=[], returns=[], masks=[])
-    for idx, n_tok, n_pos in _minibatches(run, step, batch):
+    for idx, n_tok, n_pos in minibatch_plan(run, step, batch):
         mb = batch.rows(idx)
         _policy_step(run, step, mb, None if old_logp is None else old_logp[idx], None if loss_ref is None else loss_ref[idx],
                      n_tok, n_pos, mt)

@@ -258,3 +258,22 @@ def test_tests_are_named_after_their_module():
     bad = [p.name for p in sorted((ROOT / "tests").glob("test_*.py"))
            if not any(p.stem[5:] == m or p.stem[5:].startswith(m + "_") for m in mods | set(PROJECT_TESTS))]
     assert not bad, f"test files not named after a module of {PKG} (test_<module>[_<topic>].py) nor in PROJECT_TESTS: {bad}"
+
+
+def private_imports(source: str) -> list[str]:
+    "`module.name` for every private name (a leading underscore) the source imports from another module of the package."
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[0] == PKG):
+            out += [f"{node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
+    return out
+
+
+def test_no_private_name_crosses_a_module():
+    bad = {mod: names for mod in _modules() if (names := private_imports((SRC / f"{mod}.py").read_text()))}
+    assert not bad, f"private names imported from another module (make them public, or keep them in one room): {bad}"
+
+
+def test_private_import_checker():
+    assert private_imports("from .core import _x, y\nfrom rl_notes.data import _z\nimport os\nfrom os import _exit") == ["core._x", "rl_notes.data._z"]
+    assert private_imports("def f():\n    from .models import _quiet\n") == ["models._quiet"]
