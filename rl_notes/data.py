@@ -16,9 +16,9 @@ from .trainconfig import reward_spec
 
 # %% auto #0
 __all__ = ['DATA_SUFFIXES', 'HUB_ID', 'HUB_DATA_FILES', 'F32_MAX', 'is_conversational', 'check_prompts', 'check_data_file',
-           'check_saved_dir', 'read_source', 'is_hub_id', 'hub_snapshot', 'is_hub_dataset_id', 'hub_dataset',
-           'load_dataset_splits', 'render_prompts', 'completions_for', 'RewardFunctionError', 'reward_name',
-           'load_reward_function', 'RewardSet']
+           'check_saved_dir', 'read_source', 'is_hub_id', 'hub_snapshot', 'is_hub_dataset_id', 'dataset_snapshot',
+           'hub_dataset', 'load_dataset_splits', 'render_prompts', 'completions_for', 'RewardFunctionError',
+           'reward_name', 'load_reward_function', 'RewardSet']
 
 # %% ../nbs/22_data.ipynb #43f23ecb
 def _describe(x) -> str:
@@ -202,11 +202,15 @@ def is_hub_dataset_id(s) -> bool:
     "Is `s` a hub dataset id `org/name[:config[:split]]` rather than a local path?"
     return isinstance(s, str) and ":" not in s.split("/")[0] and is_hub_id(s.split(":")[0]) and s.count(":") <= 2
 
+def dataset_snapshot(spec) -> Path|None:
+    "The local snapshot in the Hugging Face cache of hub dataset `spec` (`org/name[:config[:split]]`), fetched when missing and the network allows; None when `spec` is not a hub dataset id."
+    return hub_snapshot(spec.split(":")[0], "dataset", HUB_DATA_FILES, what="`dataset`") if is_hub_dataset_id(spec) else None
+
 def hub_dataset(spec:str,  # "org/name", "org/name:config" or "org/name:config:split"
                ) -> tuple:
     "`(Dataset or DatasetDict, description)` of a hub dataset, read from its snapshot in the Hugging Face cache."
     repo, config, split = (spec.split(":") + [None, None])[:3]
-    snap = hub_snapshot(repo, "dataset", HUB_DATA_FILES, what="`dataset`")
+    snap = dataset_snapshot(spec)
     if any(f.suffix == ".py" for f in snap.iterdir()) and not any(f.suffix in DATA_SUFFIXES for f in snap.rglob("*")):
         raise ValueError(f"`dataset` {repo!r} is a loading script without data files; rl_notes runs no code from a hub")
     quiet = not are_progress_bars_disabled()

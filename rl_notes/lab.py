@@ -8,7 +8,8 @@ import json, sys, time, hashlib, subprocess
 from pathlib import Path
 from safetensors.torch import load_model as st_load_model
 from .trainconfig import TrainConfig, RUN_CONTROL, KEY_LATE, OFFPOLICY_FIELDS, offpolicy_settings
-from .trainer import train, content_fingerprints
+from .trainer import train
+from .run import content_fingerprints
 from .population import train_population, population_problem
 from .models import load_model
 from .sft import SFTConfig, sft_config, sft_train
@@ -308,7 +309,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 from .trainconfig import Algo, get_algo
-from .trainer import setup, collect, advantages, update, minibatch_plan
+from .run import setup
+from .trainer import collect, advantages, update, minibatch_plan
 from .report import Meter
 from .algo import POLICY_LOSSES
 from .rollout import response_logprobs

@@ -157,10 +157,11 @@ class Teacher:
     def __init__(self, cfg:TrainConfig,
                  tok,  # the student's tokenizer
                  device,  # where the teacher runs (the accelerator's device)
+                 path:Path|None=None,  # `cfg.teacher` resolved (`rl_notes.run.Inputs.teacher`); None: resolved here
                 ):
         self.coef, self.temperature, self.path, self.model = cfg.distill_coef, cfg.temperature, cfg.logprob_path, None
         if cfg.teacher is None: return
-        d = teacher_dir(cfg)
+        d = path or teacher_dir(cfg)
         if (why := tokenizer_mismatch(tok, load_tokenizer(d))):
             raise ValueError(f"TrainConfig.teacher {cfg.teacher!r} does not share the student's tokenizer (TrainConfig.model {cfg.model!r}): {why}; "
                              "the teacher scores the student's token ids, so both need one vocabulary")

@@ -9,7 +9,8 @@ import torch
 from torch import nn
 from .rollout import Rollout, generate, response_logprobs, cat_rollouts
 from .trainconfig import RUN_CONTROL
-from .trainer import Run, setup, run_loop, seed_everything
+from .run import Run, setup, seed_everything
+from .trainer import run_loop
 
 # %% auto #0
 __all__ = ['POPULATION_SAME', 'Members', 'StackedLinear', 'StackedEmbedding', 'StackedRMSNorm', 'stack_models', 'StackedAdamW',

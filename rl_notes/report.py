@@ -8,14 +8,15 @@ import os, re, json, math, copy, shutil, hashlib, warnings
 from pathlib import Path
 import torch
 from .models import quiet_hf
+from .rollout import evaluate, mix_seed
 from .trainconfig import TrainConfig
 from .rundir import RunDir
 from .checkpoint import CheckpointError
 
 
 # %% auto #0
-__all__ = ['RENAMED_WITH_REWARDS', 'MODEL_DIR', 'EXPORT_FILE', 'Meter', 'named_row', 'Reporter', 'final_metrics', 'model_card',
-           'export_step', 'export_intact', 'recover_model', 'export_model', 'TrainResult']
+__all__ = ['RENAMED_WITH_REWARDS', 'MODEL_DIR', 'EXPORT_FILE', 'Meter', 'heldout_eval', 'named_row', 'Reporter', 'final_metrics',
+           'model_card', 'export_step', 'export_intact', 'recover_model', 'export_model', 'TrainResult']
 
 # %% ../nbs/31_report.ipynb #fe337c1d
 class Meter:
@@ -40,6 +41,26 @@ class Meter:
         out = {k: (t[i] / t[n + i]).item() if t[n + i] > 0 else None for i, k in enumerate(ks)}
         out.update({k: m[i].item() for i, k in enumerate(mk)})
         return {**out, **self.fixed}
+
+# %% ../nbs/31_report.ipynb #f189dc6a
+def heldout_eval(model, tokenizer,
+                 task,  # an `rl_notes.tasks.Task` or an `rl_notes.data.RewardSet`: what scores the responses
+                 rows:list[dict], max_new_tokens:int, accelerator=None,
+                 temperature:float|None=None,  # also report the accuracy of one sample per prompt at this temperature
+                 seed:int=0,  # sampling seed of that evaluation
+                 gen=None,  # what generates (default `rl_notes.rollout.generate`; a population of runs passes its own)
+                ) -> dict:
+    "`rl_notes.rollout.evaluate` (greedy, and optionally sampled) on this process's slice of `rows`, combined over processes."
+    W, r = (accelerator.num_processes, accelerator.process_index) if accelerator else (1, 0)
+    mine, mt = rows[r::W], Meter()
+    keys = {"heldout_acc": "accuracy", "heldout_parsed": "parsed_rate", "heldout_len": "mean_len", "heldout_trunc": "truncation_rate"}
+    res = evaluate(model, tokenizer, task, mine, max_new_tokens=max_new_tokens, gen=gen) if mine else {}
+    for k, v in keys.items(): mt.add(k, res.get(v) or 0.0, len(mine) if res.get(v) is not None else 0)   # no parsed rate: None
+    if temperature is not None:
+        res = evaluate(model, tokenizer, task, mine, max_new_tokens=max_new_tokens, greedy=False, temperature=temperature, gen=gen,
+                       seed=mix_seed(seed, r)) if mine else {}
+        mt.add("heldout_sample_acc", res.get("accuracy", 0.0), len(mine))
+    return mt.result(accelerator)
 
 # %% ../nbs/31_report.ipynb #aa9018a7
 RENAMED_WITH_REWARDS = {"acc": "frac_reward_ge1", "heldout_acc": "heldout_reward", "heldout_sample_acc": "heldout_sample_reward"}  # no verifier: no accuracy
@@ -178,14 +199,18 @@ def recover_model(path) -> bool:
     for q in (tmp, old): _clear(q)                                   # an incomplete export, or the one `model` replaced
     return True
 
-def export_model(run,  # the run (`rl_notes.trainer.Run`): its config, policy, tokenizer, rows and process
-                 step:int,
+def export_model(model,  # the policy (unwrapped from the accelerator)
+                 tokenizer,  # its tokenizer (with the chat template)
+                 cfg:TrainConfig,  # the run's settings (the model card's; `out_dir`)
+                 rows:list[dict],  # the run's metric rows so far (the card's final metrics)
+                 step:int,  # the step the weights are of
                  path:str|Path|None=None,  # default out_dir/model (`MODEL_DIR`)
+                 main:bool=True,  # this is the main process (only it writes)
                 ) -> Path:
     "Write the policy as a Hugging Face model directory (main process; swapped in whole): weights, config, tokenizer, model card."
-    path = Path(path or Path(run.cfg.out_dir) / MODEL_DIR)
-    if not run.main: return path
-    cfg, m = run.cfg, run.gen_model
+    path = Path(path or Path(cfg.out_dir) / MODEL_DIR)
+    if not main: return path
+    m = model
     tmp, old = path.with_name(path.name + ".tmp"), path.with_name(path.name + ".old")
     recover_model(path)                                              # a killed swap put back; a link at any of the three unlinked
     for p in (tmp, old): _clear(p)                                   # never followed: nothing is written through a link
@@ -194,8 +219,8 @@ def export_model(run,  # the run (`rl_notes.trainer.Run`): its config, policy, t
     try:
         with quiet_hf(): m.save_pretrained(tmp, safe_serialization=True)
     finally: m.config.use_cache = use_cache
-    run.tok.save_pretrained(tmp)
-    (tmp / "README.md").write_text(model_card(cfg, run.rows, step))
+    tokenizer.save_pretrained(tmp)
+    (tmp / "README.md").write_text(model_card(cfg, rows, step))
     sums = {f.name: _file_sha256(f) for f in sorted(tmp.iterdir()) if f.is_file()}   # re-verified when a finished run is resumed
     (tmp / EXPORT_FILE).write_text(json.dumps({"step": step, "sha256": sums}))   # last: a model.tmp without it is incomplete
     if path.exists(): path.rename(old)

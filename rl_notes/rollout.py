@@ -4,7 +4,7 @@
 
 # %% ../nbs/25_rollout.ipynb #d5a075f7
 from __future__ import annotations
-import time, contextlib
+import time, hashlib, contextlib
 from dataclasses import dataclass, field, replace
 import torch
 from transformers import DynamicCache, StaticCache
@@ -12,9 +12,14 @@ from .core import logprobs_from_logits, logprobs_and_entropy, logprobs_from_hidd
 from .data import render_prompts
 
 # %% auto #0
-__all__ = ['CDF_MIN_V', 'LOGPROB_PATHS', 'Rollout', 'position_ids_from_mask', 'NonFiniteLogits', 'keep_mask', 'support_logmass',
-           'generate', 'lm_head', 'response_logprobs', 'cat_rollouts', 'evaluate', 'pass_at_k', 'first_token_entropy',
-           'sample_eval']
+__all__ = ['CDF_MIN_V', 'LOGPROB_PATHS', 'mix_seed', 'Rollout', 'position_ids_from_mask', 'NonFiniteLogits', 'keep_mask',
+           'support_logmass', 'generate', 'lm_head', 'response_logprobs', 'cat_rollouts', 'evaluate', 'pass_at_k',
+           'first_token_entropy', 'sample_eval']
+
+# %% ../nbs/25_rollout.ipynb #36515dfc
+def mix_seed(*xs) -> int:
+    "A 60-bit seed from a tuple (stateless seeding: a step's draws are a function of (seed, step, round, ...), so a resumed run draws the same)."
+    return int(hashlib.sha256(repr(xs).encode()).hexdigest()[:15], 16)
 
 # %% ../nbs/25_rollout.ipynb #94389dd2
 @dataclass

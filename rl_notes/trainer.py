@@ -4,362 +4,31 @@
 
 # %% ../nbs/33_trainer.ipynb #7bfa91ff
 from __future__ import annotations
-import os, sys, json, math, time, copy, random, shutil, signal, hashlib, warnings, threading, dataclasses, contextlib
-from dataclasses import dataclass, field
+import sys, math, time, shutil, signal, threading, dataclasses, contextlib
 from pathlib import Path
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 from .core import masked_mean
-from .ppo import value_loss, explained_variance, terminal_rewards, value_model_from_policy, value_model_from_reward_model
+from .ppo import value_loss, explained_variance, terminal_rewards
 from .dapo import dynamic_sample, soft_overlong_punishment
 from .vapo import positive_lm_loss, value_pretrain_loss
-from .family import accelerate_gather
-from .data import RewardSet, load_dataset_splits, render_prompts, reward_spec, is_hub_id, hub_snapshot, HUB_DATA_FILES, is_hub_dataset_id
-from .tasks import get_task
-from .models import load_model, load_tokenizer, load_reward_model, apply_lora, enable_gradient_checkpointing, quiet_hf, resolve_model, autocast_forward
-from .rollout import Rollout, NonFiniteLogits, generate, response_logprobs, evaluate
-from .rundir import RunDir, RunLock, run_mode, checkpoint_dirs
-from .checkpoint import CheckpointError
-from .cache import cache_dir, content_sha256
-from .trainconfig import (Algo, TrainConfig, RUN_CONTROL, PATH_FIELDS, late_absent, absolute_paths, dataset_label, reward_file, content_changes, paths_read, lr_factor, eval_due,
-                                  dir_problem, check_extras, warn_tiny_defaults, warn_low_precision)
-from .algo import Batch, make_batch, POLICY_LOSSES, Tokens, modify_tokens, estimate_advantages, micro_share, micro_parts, take, EntropyBonus, loss_logs
-from .report import Meter, Reporter, MODEL_DIR, export_model, export_step, export_intact, recover_model, TrainResult, named_row
-from .policies import Sampler, Reference, Teacher, teacher_dir
+from .rollout import Rollout, NonFiniteLogits, mix_seed
+from .rundir import checkpoint_dirs
+from .trainconfig import TrainConfig, lr_factor, eval_due
+from .algo import Batch, make_batch, POLICY_LOSSES, Tokens, modify_tokens, estimate_advantages, micro_share, micro_parts, take, loss_logs
+from .report import Meter, MODEL_DIR, export_model, export_step, export_intact, recover_model, TrainResult, named_row, heldout_eval
+from .run import Run, setup, together, checkpoint_extras
 
 
 # %% auto #0
-__all__ = ['heldout_eval', 'TrainingDiverged', 'seed_everything', 'Run', 'preflight', 'content_fingerprints', 'check_content',
-           'setup', 'PeerFailed', 'together', 'collect', 'advantages', 'minibatch_plan', 'update', 'heldout', 'log_row',
-           'keep_checkpoints', 'checkpoint', 'value_pretrain_step', 'StopRequest', 'run_loop', 'train']
+__all__ = ['TrainingDiverged', 'collect', 'advantages', 'minibatch_plan', 'update', 'heldout', 'log_row', 'keep_checkpoints',
+           'checkpoint', 'value_pretrain_step', 'StopRequest', 'run_loop', 'train']
 
-# %% ../nbs/33_trainer.ipynb #f189dc6a
-def heldout_eval(model, tokenizer,
-                 task,  # an `rl_notes.tasks.Task` or an `rl_notes.data.RewardSet`: what scores the responses
-                 rows:list[dict], max_new_tokens:int, accelerator=None,
-                 temperature:float|None=None,  # also report the accuracy of one sample per prompt at this temperature
-                 seed:int=0,  # sampling seed of that evaluation
-                 gen=None,  # what generates (default `rl_notes.rollout.generate`; a population of runs passes its own)
-                ) -> dict:
-    "`rl_notes.rollout.evaluate` (greedy, and optionally sampled) on this process's slice of `rows`, combined over processes."
-    W, r = (accelerator.num_processes, accelerator.process_index) if accelerator else (1, 0)
-    mine, mt = rows[r::W], Meter()
-    keys = {"heldout_acc": "accuracy", "heldout_parsed": "parsed_rate", "heldout_len": "mean_len", "heldout_trunc": "truncation_rate"}
-    res = evaluate(model, tokenizer, task, mine, max_new_tokens=max_new_tokens, gen=gen) if mine else {}
-    for k, v in keys.items(): mt.add(k, res.get(v) or 0.0, len(mine) if res.get(v) is not None else 0)   # no parsed rate: None
-    if temperature is not None:
-        res = evaluate(model, tokenizer, task, mine, max_new_tokens=max_new_tokens, greedy=False, temperature=temperature, gen=gen,
-                       seed=_mix(seed, r)) if mine else {}
-        mt.add("heldout_sample_acc", res.get("accuracy", 0.0), len(mine))
-    return mt.result(accelerator)
-
-# %% ../nbs/33_trainer.ipynb #12aaf253
+# %% ../nbs/33_trainer.ipynb #e170d126
 class TrainingDiverged(ValueError):
     "The loss, a gradient norm, the weights or the logits became non-finite: the run's settings do not train (often a too-large `lr`)."
 
-def _mix(*xs) -> int:
-    "A 60-bit seed from a tuple (stateless per-step seeding)."
-    return int(hashlib.sha256(repr(xs).encode()).hexdigest()[:15], 16)
-
-def seed_everything(seed:int):
-    "Seed Python, NumPy and torch."
-    random.seed(seed); np.random.seed(seed % 2**32); torch.manual_seed(seed)
-
-@dataclass
-class Run:
-    "One training run: its config, accelerator, task data, models and optimizers, run directory and the rows logged so far."
-    cfg: TrainConfig
-    acc: object  # an `accelerate.Accelerator`
-    task: object  # an `rl_notes.tasks.Task`
-    train_rows: list  # the training prompt pool
-    test_rows: list  # the held-out prompts
-    tok: object  # the tokenizer
-    policy: torch.nn.Module  # prepared by the accelerator
-    opt: torch.optim.Optimizer
-    ref: torch.nn.Module|None = None  # frozen initial policy (only when beta > 0)
-    critic: torch.nn.Module|None = None  # only for estimators in `CRITIC_ESTIMATORS`
-    copt: torch.optim.Optimizer|None = None
-    rows: list = field(default_factory=list)  # metric rows of this run (resumed ones included)
-    start: int = 0  # the step the run continues after (the checkpoint's, on resume)
-    saved: int|None = None  # step of the last checkpoint written or loaded
-    lock: RunLock|None = None  # held by the main process while the run is open
-    rewards: RewardSet|None = None  # scores the responses: the task's verifier or the configured reward functions
-    reporter: object = None  # `Reporter` of the main process (TensorBoard / trackio), or None
-    content: dict = field(default_factory=dict)  # content sha256 of what the run reads (`content_fingerprints`), kept in each checkpoint
-    sampler: Sampler|None = None  # the policy that samples (`rl_notes.policies.Sampler`): the learner, or a copy in another dtype / lagging
-    reference: Reference|None = None  # the reference of the KL term and its coefficient (`rl_notes.policies.Reference`)
-    teacher: Teacher|None = None  # on-policy distillation's teacher (`rl_notes.policies.Teacher`; without `teacher`: one that does nothing)
-    bonus: EntropyBonus|None = None  # the entropy bonus of the policy loss, its coefficient fixed or adaptive (`rl_notes.algo.EntropyBonus`)
-    engine: object = None  # None: this run computes alone; else the population that batches its model passes with others' (`rl_notes.population`)
-
-    def __post_init__(self):
-        acc = self.acc
-        self.algo, self.W, self.rank, self.main, self.device = self.cfg.algo, acc.num_processes, acc.process_index, acc.is_main_process, acc.device
-        self.reduce = (lambda t: acc.reduce(t, "sum")) if self.W > 1 else None   # sum over processes (None: one process)
-        self.gather = accelerate_gather(acc) if self.W > 1 else None             # 1-D values of every process, joined (None: one process)
-        self.dir = RunDir(self.cfg.out_dir)                                        # the run directory: its files, lock and metrics
-        self.ckpt, self.log = str(self.dir.ckpt), self.dir.metrics
-    @property
-    def gen_model(self): return self.acc.unwrap_model(self.policy)
-    @property
-    def loss_algo(self) -> Algo:
-        "The algorithm the loss reads: beta as the adaptive rule has set it this step."
-        ctl = None if self.reference is None else self.reference.ctl
-        return self.algo if ctl is None else dataclasses.replace(self.algo, beta=ctl.beta)
-    def generate(self, model, *a, **kw):
-        "`rl_notes.rollout.generate` on `model`, or the population's batched pass of this run's rows."
-        return generate(model, *a, **kw) if self.engine is None else self.engine.generate(self, *a, **kw)
-    def logprobs(self, model, ro, *a, **kw):
-        "`rl_notes.rollout.response_logprobs` of `model` on `ro`, or the population's batched pass of this run's rows."
-        return response_logprobs(model, ro, *a, **kw) if self.engine is None else self.engine.logprobs(self, ro, *a, **kw)
-    def backward(self, loss):
-        "Back-propagate `loss` (through the accelerator, or with the population's other losses in one pass)."
-        return self.acc.backward(loss) if self.engine is None else self.engine.backward(self, loss)
-    def close(self):
-        "Close the reporter and release the run directory's lock."
-        if self.reporter is not None: self.reporter.close(); self.reporter = None
-        if self.lock is not None: self.lock.release(); self.lock = None
-    def __enter__(self): return self
-    def __exit__(self, *exc): self.close()
-
-# %% ../nbs/33_trainer.ipynb #62645a04
-def _models(cfg:TrainConfig, acc, model_dir:Path|None=None) -> dict:
-    "Policy (and its frozen reference when beta > 0), a critic when the estimator needs one, AdamW for each; prepared by `acc`."
-    with quiet_hf(): policy, tok = load_model(model_dir or cfg.model, dtype=cfg.dtype)   # model_dir: cfg.model resolved (a hub id: its snapshot)
-    warn_tiny_defaults(cfg, policy); warn_low_precision(cfg, policy)
-    policy.to(acc.device).train()
-    # under LoRA the reference is the same model with its adapters disabled (`_old_ref_logp`), not a copy
-    ref = copy.deepcopy(policy).eval().requires_grad_(False) if cfg.algo.beta > 0 and not cfg.lora_r else None
-    critic = None if not cfg.algo.uses_critic else (value_model_from_policy(policy) if cfg.critic_init is None else
-                                                    value_model_from_reward_model(load_reward_model(cfg.critic_init, policy))).to(acc.device)
-    if cfg.lora_r:
-        policy = apply_lora(policy, r=cfg.lora_r, alpha=cfg.lora_alpha, dropout=cfg.lora_dropout, target_modules=cfg.lora_target_modules)
-    if cfg.gradient_checkpointing:
-        for m in (policy, critic):
-            if m is not None and hasattr(m, "activation_checkpointing_enable"): enable_gradient_checkpointing(m)   # a transformers model (not the critic's ValueModel)
-    for m in (policy, ref, critic):   # mixed precision (TRL's bf16 / fp16): float32 weights, every forward under autocast
-        if m is not None: autocast_forward(m, cfg.mixed_precision)
-    params = [p for p in policy.parameters() if p.requires_grad]   # all of them, or LoRA's adapters
-    # foreach=True: one C++ call per update op instead of a Python loop over tensors (the default on CUDA; on the CPU the same
-    # per-tensor kernels, so the weights are bit-identical)
-    policy, opt = acc.prepare(policy, torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, foreach=True))
-    copt = None
-    if critic is not None:
-        critic, copt = acc.prepare(critic, torch.optim.AdamW(critic.parameters(), lr=cfg.critic_lr, weight_decay=cfg.weight_decay, foreach=True))
-    return dict(policy=policy, opt=opt, ref=ref, critic=critic, copt=copt, tok=tok)
-
-# %% ../nbs/33_trainer.ipynb #7edcd7d4
-def _data(cfg:TrainConfig, task) -> tuple[list, list, RewardSet]:
-    "(training rows, held-out rows, what scores responses): a dataset's prompts or the task's; the reward functions or the task's verifier."
-    if cfg.dataset is None:
-        tr, te = task.splits(cfg.n_train, max(cfg.n_eval, 1), seed=cfg.seed)
-        train_rows, test_rows, where = tr.to_list(), te.to_list()[:cfg.n_eval], f"task {cfg.task!r}"
-    else:
-        tr, te = load_dataset_splits(cfg.dataset, seed=cfg.seed, cache_dir=str(cache_dir("datasets")))   # datasets' copy under the one cache root
-        name = cfg.dataset if isinstance(cfg.dataset, str) else dataset_label(cfg.dataset)
-        train_rows, test_rows, where = tr.to_list()[:cfg.n_train], te.to_list()[:cfg.n_eval], f"TrainConfig.dataset {name!r}"
-        if cfg.n_train is not None and len(tr) > cfg.n_train:   # never silent: the cap is the lab's default, sized for its tasks
-            warnings.warn(f"{where}: training on the first {cfg.n_train} of its {len(tr)} training rows (TrainConfig.n_train, --n-train); "
-                          f"--n-train {len(tr)} uses them all")
-    if cfg.reward: rewards = RewardSet(cfg.reward, cfg.reward_weights)
-    else:
-        rewards = task.reward_set()
-        missing = sorted(set(task.required_columns) - set(train_rows[0]))
-        if missing: raise ValueError(f"{where} has no column(s) {missing}, which the reward of task {cfg.task!r} reads; "
-                                     "give reward functions (TrainConfig.reward, --reward module:function)")
-    firsts = [s[0]["prompt"] for s in (tr, te) if len(s) and "prompt" in s.column_names] if cfg.dataset is not None else []
-    if len({type(p).__name__ for p in firsts}) > 1:   # string prompts to train on, chat prompts held out: the held-out score would mean nothing
-        raise ValueError(f"{where}: its training prompts are {type(firsts[0]).__name__}s and its held-out prompts {type(firsts[1]).__name__}s; "
-                         "give both splits one format (plain strings, or chat message lists)")
-    if len(train_rows) < cfg.n_prompts:
-        raise ValueError(f"{where} holds {len(train_rows)} training prompts, fewer than TrainConfig.n_prompts ({cfg.n_prompts})")
-    return train_rows, test_rows, rewards
-
-# %% ../nbs/33_trainer.ipynb #05fd2845
-def _model_config(path:str) -> dict:
-    "The fields of a model directory's config.json that the checks read (a multimodal config's `text_config`); {} if unreadable."
-    try: c = json.loads((Path(path) / "config.json").read_text())
-    except (OSError, ValueError): return {}
-    return {**c.get("text_config", {}), **c} if isinstance(c, dict) else {}
-
-def _prompt_texts(tok, rows:list, where:str) -> list[str]:
-    "Every row's prompt as the model will see it; a chat template that fails names the row."
-    try: return render_prompts(tok, [r["prompt"] for r in rows])[0]
-    except ValueError: raise
-    except Exception:
-        for i, r in enumerate(rows):
-            try: render_prompts(tok, [r["prompt"]])
-            except Exception as e:
-                raise ValueError(f"{where} {i}: the chat template fails on it ({str(r['prompt'])[:60]!r}...): {type(e).__name__}: "
-                                 f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}") from e
-        raise
-
-def preflight(cfg:TrainConfig, train_rows:list, test_rows:list,
-              model_dir:Path|None=None,  # cfg.model resolved (`resolve_model`); None: resolved here
-              extras:bool=True,  # check the optional packages (`setup` checks them first, before any data loads)
-             ):
-    "Before any weights load: optional packages, the tokenizer against the model, every prompt rendered, empty and too-long prompts, reward weights."
-    if extras: check_extras(cfg)                                        # optional packages
-    if cfg.report_to == "tensorboard" and not cfg.overwrite and (why := dir_problem(tb := os.path.join(cfg.out_dir, "tensorboard"))):
-        raise ValueError(f'TrainConfig.report_to="tensorboard" writes to {tb!r}, which cannot be created: {why}')   # --overwrite removes a run's own
-    d = model_dir or resolve_model(cfg.model, "TrainConfig.model")
-    tok, mc = load_tokenizer(d), _model_config(d)
-    V, limit = mc.get("vocab_size"), mc.get("max_position_embeddings") or mc.get("n_positions")
-    if isinstance(V, int) and len(tok) > V:
-        raise ValueError(f"--model {cfg.model!r}: its tokenizer has {len(tok)} tokens but the model's embedding only {V} rows (vocab_size); "
-                         "ids past it cannot be looked up: a tokenizer from another model?")
-    if isinstance(limit, int) and cfg.max_new_tokens >= limit:
-        raise ValueError(f"TrainConfig.max_new_tokens ({cfg.max_new_tokens}) leaves no room for a prompt: the model has {limit} positions (max_position_embeddings)")
-    for rows, where in ((train_rows, "training prompt"), (test_rows, "held-out prompt")):
-        if not rows: continue
-        texts = _prompt_texts(tok, rows, where)
-        if (i := next((i for i, t in enumerate(texts) if not t.strip()), None)) is not None:
-            raise ValueError(f"{where} {i} is empty: {rows[i]['prompt']!r}")
-        if isinstance(limit, int):
-            L = [len(x) for x in tok(texts, add_special_tokens=isinstance(rows[0]["prompt"], str))["input_ids"]]
-            i = max(range(len(L)), key=L.__getitem__)
-            if L[i] + cfg.max_new_tokens > limit:
-                raise ValueError(f"{where} {i} has {L[i]} tokens ({len(texts[i])} characters); with TrainConfig.max_new_tokens "
-                                 f"({cfg.max_new_tokens}) that is {L[i] + cfg.max_new_tokens} positions, more than the model's {limit} "
-                                 "(max_position_embeddings): shorten or drop the long prompts, or lower --max-new-tokens")
-    w = cfg.reward_weights or []
-    if w and all(x == 0 for x in w): raise ValueError(f"TrainConfig.reward_weights are all 0 ({w}): every reward would be 0 and nothing is learned")
-    for s, x in zip(cfg.reward or [], w):
-        if x == 0: warnings.warn(f"reward function {reward_spec(s)!r} has weight 0: it is logged but does not change the reward")
-
-# %% ../nbs/33_trainer.ipynb #237cf108
-def content_fingerprints(cfg:TrainConfig,
-                         model:bool=True,  # include the model (and critic_init) directory
-                         model_dir:Path|None=None,  # cfg.model resolved (`resolve_model`); None: resolved here
-                        ) -> dict:
-    "Content sha256 of what the run reads: the dataset, each reward file (a module spec as written), the model's files."
-    out = {}
-    if isinstance(cfg.dataset, str):    # a hub id: the content of its cached snapshot, resolved as the run resolves it
-        out["dataset"] = (f"{content_sha256(hub_snapshot(cfg.dataset.split(':')[0], 'dataset', HUB_DATA_FILES, what='`dataset`'))}:{cfg.dataset}"
-                          if is_hub_dataset_id(cfg.dataset) else content_sha256(cfg.dataset))
-    elif cfg.dataset is not None: out["dataset"] = dataset_label(cfg.dataset)
-    for i, s in enumerate(cfg.reward or []):
-        rf = reward_file(s)
-        out[f"reward[{i}]"] = f"{content_sha256(rf[0])}:{rf[1]}" if rf and os.path.isfile(rf[0]) else reward_spec(s)
-    if model:
-        out["model"] = content_sha256(model_dir or resolve_model(cfg.model))   # a hub id: its cached snapshot
-        if cfg.critic_init and os.path.isdir(cfg.critic_init): out["critic_init"] = content_sha256(cfg.critic_init)   # a missing one: `load_reward_model` says so
-        if cfg.teacher: out["teacher"] = content_sha256(teacher_dir(cfg))   # a hub id: its cached snapshot; a missing one: one line naming `teacher`
-    return out
-
-def check_content(run:Run, st:dict):
-    "Refuse to resume on other content than the checkpoint's (one error naming what changed), unless `accept_changed`."
-    changed, why = content_changes(run.cfg, st, run.content)
-    if not changed: return
-    if run.cfg.accept_changed: warnings.warn(f"resuming on changed {', '.join(changed)} (accept_changed=True)"); return
-    raise CheckpointError(f"cannot resume from {run.ckpt!r} (step {st['step']}): {why}; pass --accept-changed (TrainConfig.accept_changed) "
-                          "to continue on the new content, or start a new run")
-
-
-# %% ../nbs/33_trainer.ipynb #3b8fa176
-def _on_main(acc, fn):
-    "Run `fn` on the main process; an exception it raises is raised on every process, so none waits for the others forever."
-    err = None
-    if acc.is_main_process:
-        try: fn()
-        except Exception as e: err = e
-    if acc.num_processes > 1:
-        from accelerate.utils import broadcast_object_list  # heavy: loads torch.distributed
-        err = broadcast_object_list([err])[0]
-    if err is not None: raise err
-
-def _open_dir(run:Run):
-    "Open out_dir (main process: lock it, in the mode `resume` / `overwrite` ask for); resume from its checkpoint; (re)write config.json and metrics.jsonl."
-    cfg = run.cfg
-    def claim(): run.lock = run.dir.open(run_mode(cfg.resume, cfg.overwrite), protect=paths_read(cfg)).lock   # a killed swap's checkpoint is put back
-    _on_main(run.acc, claim)
-    rows = []
-    if cfg.resume and run.dir.ckpt.is_dir():
-        check_content(run, run.dir.state())                            # the files it reads compared by content, not by spelling
-        late = late_absent(cfg, run.dir.state()["config"])           # fields added since that checkpoint, at their old behaviour
-        if cfg.task is None: late += ("task", "task_kw")              # a dataset scored by rewards reads no task (older checkpoints named one)
-        st, rows = run.dir.resume(cfg, run.acc, run.policy, run.opt, run.critic, run.copt, ignore=RUN_CONTROL + PATH_FIELDS + late,
-                                  tensors=_ckpt_tensor_names(run, run.dir.state()))
-        _restore_extras(run, st)
-        run.start = run.saved = st["step"]
-        was = st["config"].get("steps", cfg.steps)
-        if was != cfg.steps and cfg.lr_scheduler_type != "constant" and run.start < cfg.steps:   # never silent: the schedule bends
-            old = dataclasses.replace(cfg, steps=was)
-            warnings.warn(f"resuming at step {run.start} with steps {cfg.steps} (the checkpoint's run had {was}) under the {cfg.lr_scheduler_type} "
-                          f"schedule: the learning rate of step {run.start + 1} is {cfg.lr * lr_factor(cfg, run.start + 1):.3g}, where the "
-                          f"original run would have used {cfg.lr * lr_factor(old, min(run.start + 1, was)):.3g}")
-    if cfg.accept_changed and not run.start:
-        warnings.warn("TrainConfig.accept_changed (--accept-changed): this run starts fresh, with no checkpoint to resume, so there is nothing to accept")
-    if run.main:
-        run.dir.begin(rows, config=cfg.to_dict())                      # atomic: a kill leaves the old files or the new ones
-        if cfg.report_to != "none": run.reporter = Reporter(cfg.report_to, cfg.out_dir, cfg.to_dict())
-    run.rows = rows
-    run.acc.wait_for_everyone()
-
-# %% ../nbs/33_trainer.ipynb #4623c947
-def _ckpt_extras(run:Run) -> dict:
-    "What a checkpoint keeps besides the models: the content hashes, and the union of the reference's, the sampler's and the entropy bonus's states."
-    (rx, rt), (sx, st), (bx, _) = run.reference.state(), run.sampler.state(), run.bonus.state()
-    return dict(extra={"content": run.content, **rx, **sx, **bx}, tensors={**rt, **st} or None)
-
-def _ckpt_tensor_names(run:Run, st:dict|None) -> tuple:
-    "The extra tensor files that `_ckpt_extras` wrote into the checkpoint whose state is `st`."
-    return () if st is None else run.reference.tensor_names(st) + run.sampler.tensor_names(st)
-
-def _restore_extras(run:Run, st:dict):
-    "Put back what `_ckpt_extras` kept."
-    ex, ts = st.get("extra", {}), st.get("tensors", {})
-    run.reference.restore(ex, ts); run.sampler.restore(ex, ts); run.bonus.restore(ex, ts)
-
-
-# %% ../nbs/33_trainer.ipynb #dad13968
-def setup(cfg:TrainConfig,  # the run
-          accelerator=None,  # an `accelerate.Accelerator`; default: a new one (CPU, GPU or `accelerate launch` settings)
-         ) -> Run:  # use as `with setup(cfg) as run:` (the lock on out_dir is released at the end)
-    "Task data, models and optimizers on the accelerator's device; out_dir locked and checked; the checkpoint loaded on resume."
-    cfg = absolute_paths(cfg)     # resolved once: a reward's os.chdir, or a run directory read from elsewhere, changes nothing
-    if accelerator is None:
-        from accelerate import Accelerator  # heavy: loads torch.distributed
-        accelerator = Accelerator()
-    W = accelerator.num_processes
-    if cfg.n_prompts % W: raise ValueError(f"TrainConfig.n_prompts ({cfg.n_prompts}) must be divisible by the number of processes ({W})")
-    if (cfg.n_prompts // W * cfg.group_size) % cfg.n_minibatches:
-        raise ValueError(f"rows per process ({cfg.n_prompts // W * cfg.group_size}) must be divisible by n_minibatches ({cfg.n_minibatches})")
-    if not cfg.model or not (os.path.isdir(cfg.model) or is_hub_id(cfg.model)): raise FileNotFoundError(f"model path {cfg.model!r} is not a directory")
-    model_dir = resolve_model(cfg.model, "TrainConfig.model")   # once; a hub id not in the cache and offline: one line, before any work
-    check_extras(cfg)                              # a missing optional package: one line, before any data or model is loaded
-    if cfg.threads: torch.set_num_threads(cfg.threads)
-    seed_everything(cfg.seed)
-    task = get_task(cfg.task, **cfg.task_kw) if cfg.task is not None else None   # None: a dataset scored by reward functions
-    train_rows, test_rows, rewards = _data(cfg, task)
-    preflight(cfg, train_rows, test_rows, model_dir, extras=False)   # what would fail later (every prompt rendered), before any weights load
-    run = Run(cfg, accelerator, task, train_rows, test_rows, rewards=rewards, content=content_fingerprints(cfg, model_dir=model_dir),
-              **_models(cfg, accelerator, model_dir))
-    run.sampler, run.reference, run.teacher, run.bonus = Sampler(cfg, run.gen_model), Reference(cfg, run.ref), Teacher(cfg, run.tok, run.device), EntropyBonus(cfg.algo)   # beside the learner; the entropy bonus
-    try: _open_dir(run)
-    except BaseException: run.close(); raise
-    return run
-
-# %% ../nbs/33_trainer.ipynb #2e87ac14
-class PeerFailed(ValueError):
-    "Another process of a data-parallel run failed in the same block (`together`); that process reports the error."
-    every_process, silent = True, True   # rl_notes.cli: wait for the other processes, print nothing
-
-@contextlib.contextmanager
-def together(run:Run):
-    "A block every process runs: an exception on one process is raised on every one after the block (one gather of a flag)."
-    if run.W == 1: yield; return
-    err = None
-    try: yield
-    except Exception as e: err = e
-    failed = run.acc.gather(torch.tensor([float(err is not None)], device=run.device)).view(-1)   # (W,) 1 where the block raised
-    if err is None and not failed.any(): return
-    if err is None: raise PeerFailed(f"rank {int(failed.nonzero()[0, 0])} of {run.W} failed; it reports the error")
-    if isinstance(err, ValueError) and len(err.args) == 1 and isinstance(err.args[0], str):
-        err.args = (f"{err.args[0]} on rank {run.rank} of {run.W}",)
-    err.every_process = True
-    raise err
 
 # %% ../nbs/33_trainer.ipynb #87c59466
 def _rollout_metrics(run:Run, first:dict, keep:torch.Tensor, mt:Meter):
@@ -396,11 +65,11 @@ def collect(run:Run, step:int, mt:Meter) -> Batch:
     def sample(rnd:int):
         "Round `rnd`: prompts and sampling seeds are functions of (seed, step, round), so a resumed run draws the same."
         t0 = time.time()
-        idx = np.random.default_rng(_mix(cfg.seed, step, rnd)).choice(len(run.train_rows), cfg.n_prompts, replace=False)
+        idx = np.random.default_rng(mix_seed(cfg.seed, step, rnd)).choice(len(run.train_rows), cfg.n_prompts, replace=False)
         if cfg.shard_rollouts: idx = idx[run.rank * need:(run.rank + 1) * need]
         exs = [run.train_rows[i] for i in idx]
         with _sampling(run): ro = run.generate(run.sampler.model(run.gen_model), run.tok, [e["prompt"] for e in exs], group_size=G, max_new_tokens=cfg.max_new_tokens,
-                      temperature=run.sampler.temperature, seed=_mix(cfg.seed, step, rnd, run.rank if cfg.shard_rollouts else 0), compact=cfg.compact_generation,
+                      temperature=run.sampler.temperature, seed=mix_seed(cfg.seed, step, rnd, run.rank if cfg.shard_rollouts else 0), compact=cfg.compact_generation,
                       top_p=cfg.top_p, top_k=cfg.top_k, min_p=cfg.min_p)   # truncated: the rollout carries its support, the learner renormalises on it
         if not cfg.renormalise_support: ro = dataclasses.replace(ro, support=None)   # the naive ratio, for comparison
         t1 = time.time()
@@ -492,7 +161,7 @@ def minibatch_plan(run:Run, step:int, batch:Batch) -> list[tuple]:
     cfg, B = run.cfg, len(batch.ro)
     mb, plan = B // cfg.n_minibatches, []
     for ep in range(cfg.ppo_epochs):
-        g = torch.Generator().manual_seed(_mix(cfg.seed, step, ep, run.rank))
+        g = torch.Generator().manual_seed(mix_seed(cfg.seed, step, ep, run.rank))
         perm = torch.randperm(B, generator=g) if cfg.n_minibatches > 1 else torch.arange(B)
         plan += [perm[k * mb:(k + 1) * mb] for k in range(cfg.n_minibatches)]
     pos = batch.loss_mask & batch.correct[:, None]                           # (B, T) tokens of correct responses
@@ -631,10 +300,14 @@ def log_row(run:Run, row:dict):
     if run.main: run.log.append(row)
     if run.reporter is not None: run.reporter.log(row)
 
+def _export(run:Run, step:int, path:Path|None=None) -> Path:
+    "`rl_notes.report.export_model` of the run's policy, tokenizer, config and rows (main process)."
+    return export_model(run.gen_model, run.tok, run.cfg, run.rows, step=step, path=path, main=run.main)
+
 def keep_checkpoints(run:Run, step:int):
     "Write out_dir/checkpoint-`step`/ (the model directory, as `export_model` writes it) and remove the oldest beyond `save_total_limit` (main process)."
     out = Path(run.cfg.out_dir)
-    export_model(run, step, out / f"checkpoint-{step}")
+    _export(run, step, out / f"checkpoint-{step}")
     if not run.main: return
     for p in checkpoint_dirs(out)[:-run.cfg.save_total_limit]:
         if p.is_symlink(): p.unlink()       # never followed
@@ -648,8 +321,8 @@ def checkpoint(run:Run, step:int):
     models = [m for m in (run.policy, run.critic) if m is not None]
     if not all(bool(torch.isfinite(p).all()) for m in models for p in m.parameters()):
         raise TrainingDiverged(f"training diverged at step {step}: the weights are not finite; not saved, {_kept(run)}")
-    run.dir.save(step, cfg, run.acc, run.policy, run.opt, run.critic, run.copt, **_ckpt_extras(run))
-    export_model(run, step)   # out_dir/model: what one loads with from_pretrained
+    run.dir.save(step, cfg, run.acc, run.policy, run.opt, run.critic, run.copt, **checkpoint_extras(run))
+    _export(run, step)   # out_dir/model: what one loads with from_pretrained
     if cfg.save_total_limit: keep_checkpoints(run, step)   # TRL's checkpoint-N/ folders, the latest save_total_limit
     run.saved = step
 
@@ -690,7 +363,7 @@ def _stop(run:Run, step:int, why:str="Ctrl-C"):
     if run.saved != step:
         models = [m for m in (run.policy, run.critic) if m is not None]
         if all(bool(torch.isfinite(p).all()) for m in models for p in m.parameters()):
-            run.dir.save(step, run.cfg, run.acc, run.policy, run.opt, run.critic, run.copt, **_ckpt_extras(run)); run.saved = step
+            run.dir.save(step, run.cfg, run.acc, run.policy, run.opt, run.critic, run.copt, **checkpoint_extras(run)); run.saved = step
     if why != "doctor": raise KeyboardInterrupt(f"stopped by {why} after step {step}")
 
 # %% ../nbs/33_trainer.ipynb #659114af
@@ -729,7 +402,7 @@ def run_loop(run:Run,  # an opened run (`setup`)
     elif run.main:
         recover_model(m := Path(run.cfg.out_dir) / MODEL_DIR)            # a killed export's swap put back, a link there unlinked
         if export_step(m) != run.start or not export_intact(m):     # model/ missing, stale (a failed export, a Ctrl-C) or damaged
-            with _marked(run.start): export_model(run, run.start)   # from the checkpoint just loaded
+            with _marked(run.start): _export(run, run.start)   # from the checkpoint just loaded
     bar = tqdm(range(run.start + 1, cfg.steps + 1), desc=run.algo.name, disable=not (cfg.progress and run.main), initial=run.start, total=cfg.steps)
     for step in bar:
         with _marked(step):

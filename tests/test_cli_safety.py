@@ -230,7 +230,8 @@ def test_sigterm_at_each_moment_resumes_to_the_same_run(world, tmp_path, capsys,
     import rl_notes.trainer as T
     from rl_notes.rundir import RunDir
     from safetensors.torch import load_file
-    owner, name = {"generation": (T, "generate"), "update": (T, "update"), "checkpoint": (RunDir, "save"), "export": (T, "export_model")}[moment]
+    import rl_notes.run as R
+    owner, name = {"generation": (R, "generate"), "update": (T, "update"), "checkpoint": (RunDir, "save"), "export": (T, "export_model")}[moment]
     real, sent = getattr(owner, name), []
     def signalled(*a, **k):
         if not sent: sent.append(1); os.kill(os.getpid(), signal.SIGTERM)   # the handler runs here, in the middle of the call
@@ -402,8 +403,8 @@ def test_a_reward_failing_on_one_rank_stops_every_rank(world, tmp_path):
 
 def _no_model_load(monkeypatch):
     "Loading the weights fails the test: what is checked must be refused before."
-    import rl_notes.trainer as T
-    monkeypatch.setattr(T, "_models", lambda *a, **k: pytest.fail("the model was loaded"))
+    import rl_notes.run as R
+    monkeypatch.setattr(R, "load_models", lambda *a, **k: pytest.fail("the model was loaded"))
 
 
 def test_an_unwritable_tensorboard_directory_is_one_line(world, tmp_path, capsys, monkeypatch):

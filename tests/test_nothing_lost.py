@@ -286,9 +286,9 @@ def test_resume_reexports_after_a_failed_export(world, tmp_path, capsys, monkeyp
     import rl_notes.trainer as tr
     from rl_notes.report import export_step
     run, real = tmp_path / "run", tr.export_model
-    def fails_at_2(r, step, *a, **kw):
-        if step == 2: raise OSError(28, "No space left on device")
-        return real(r, step, *a, **kw)
+    def fails_at_2(*a, **kw):
+        if kw["step"] == 2: raise OSError(28, "No space left on device")
+        return real(*a, **kw)
     monkeypatch.setattr(tr, "export_model", fails_at_2)
     one_line(capsys, main(args(world, run, "--save-every", "1")), 1, ERR, "No space left on device", "(at step 2)", "the last checkpoint (step 2)")
     assert export_step(run / "model") == 1
