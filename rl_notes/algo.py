@@ -21,11 +21,12 @@ from .offpolicy import gate, GATE_PRESETS, GATE_READS_ADV
 
 # %% auto #0
 __all__ = ['ADVANTAGE_ESTIMATORS', 'CRITIC_ESTIMATORS', 'GROUP_FREE_ESTIMATORS', 'POLICY_LOSSES', 'LOSS_LOGS', 'RS_LEVELS_GATE',
-           'TOKEN_MODIFIERS', 'Batch', 'take', 'micro_parts', 'make_batch', 'adv_group', 'adv_group_mean',
-           'adv_group_batch', 'adv_gae', 'adv_correct', 'adv_rloo', 'adv_reinforce_pp', 'adv_none', 'adv_batch_mean',
-           'estimate_advantages', 'loss_clip', 'loss_nll', 'loss_gspo', 'loss_cispo', 'loss_sapo', 'loss_vespo',
-           'loss_kl_cov', 'loss_flash_reinforce', 'loss_logs', 'Tokens', 'algo_gates', 'mod_tis', 'mod_rs', 'mod_opsm',
-           'mod_gate', 'mod_entropy', 'mod_clip_cov', 'modify_tokens', 'micro_share', 'EntropyBonus']
+           'TOKEN_MODIFIERS', 'Batch', 'take', 'micro_parts', 'make_batch', 'register_adv_est', 'register_policy_loss',
+           'adv_group', 'adv_group_mean', 'adv_group_batch', 'adv_gae', 'adv_correct', 'adv_rloo', 'adv_reinforce_pp',
+           'adv_none', 'adv_batch_mean', 'estimate_advantages', 'loss_clip', 'loss_nll', 'loss_gspo', 'loss_cispo',
+           'loss_sapo', 'loss_vespo', 'loss_kl_cov', 'loss_flash_reinforce', 'loss_logs', 'Tokens', 'algo_gates',
+           'mod_tis', 'mod_rs', 'mod_opsm', 'mod_gate', 'mod_entropy', 'mod_clip_cov', 'modify_tokens', 'micro_share',
+           'EntropyBonus']
 
 # %% ../nbs/17_algo.ipynb #0f68edbe
 @dataclass
@@ -81,15 +82,58 @@ def make_batch(ro,  # sampled responses (an `rl_notes.rollout.Rollout`) (on the 
     reward, score = reward.to(device), score.to(device)
     return Batch(ro, reward, score, reward >= 1.0, mask, loss_mask, ro.group_size)
 
+# %% ../nbs/17_algo.ipynb #a1b2c3d4
+ADVANTAGE_ESTIMATORS = {}  # name -> fn(algo, batch, reduce) -> (advantages (B,) or (B, T), value targets (B, T) or None)
+CRITIC_ESTIMATORS = []  # the estimators that read `batch.values` (the run builds a critic for them)
+GROUP_FREE_ESTIMATORS = []  # estimators without a critic that need no group either: they work with one response per prompt
+POLICY_LOSSES = {}  # name -> fn(algo, logp, old_logp, ref_logp, adv, mask, max_tokens, global_tokens, reduce) -> (loss, metrics)
+LOSS_LOGS = {}  # loss -> metrics of its own the trainer logs (each a mean over responses)
+
+def _register(table:dict, kind:str, name:str, fn, replace:bool):
+    "Put `fn` under `name` in `table`; a name taken by another function is an error unless `replace`."
+    if not isinstance(name, str) or not name: raise ValueError(f"a {kind} needs a non-empty name, got {name!r}")
+    if name in table and table[name] is not fn and not replace:
+        raise ValueError(f"{kind} {name!r} is already registered ({table[name].__qualname__}); pass replace=True to override it")
+    table[name] = fn
+
+def register_adv_est(name:str,  # what `Algo.adv` names it by
+                     critic:bool=False,  # it reads the critic's values (`batch.values`): the run builds a critic for it
+                     group_free:bool=False,  # it needs no group: it works with one response per prompt
+                     replace:bool=False,  # override an estimator of that name
+                    ):
+    "Decorator: `fn(algo, batch, reduce) -> (advantages, value targets or None)` becomes the advantage estimator `Algo(adv=name)`."
+    def deco(fn):
+        _register(ADVANTAGE_ESTIMATORS, "advantage estimator", name, fn, replace)
+        for on, table in ((critic, CRITIC_ESTIMATORS), (group_free, GROUP_FREE_ESTIMATORS)):
+            if on and name not in table: table.append(name)
+            if not on and name in table: table.remove(name)
+        return fn
+    return deco
+
+def register_policy_loss(name:str,  # what `Algo.loss` names it by
+                         logs:tuple=(),  # metrics of its own, keys of what it returns, that the trainer logs as '<name>/<key>'
+                         replace:bool=False,  # override a loss of that name
+                        ):
+    "Decorator: `fn(algo, logp, old_logp, ref_logp, adv, mask, max_tokens, global_tokens, reduce) -> (loss, metrics)` becomes the policy loss `Algo(loss=name)`."
+    def deco(fn):
+        _register(POLICY_LOSSES, "policy loss", name, fn, replace)
+        if logs: LOSS_LOGS[name] = tuple(logs)
+        else: LOSS_LOGS.pop(name, None)
+        return fn
+    return deco
+
 # %% ../nbs/17_algo.ipynb #e3ee0d70
+@register_adv_est("group")
 def adv_group(algo, batch:Batch, reduce=None):
     "GRPO: each reward minus its group's mean, divided by the group's std; (B,), no value targets."
     return group_advantages(batch.score, batch.group_size, scale="group"), None
 
+@register_adv_est("group-mean-only")
 def adv_group_mean(algo, batch:Batch, reduce=None):
     "Dr. GRPO: each reward minus its group's mean, no std division; (B,), no value targets."
     return group_advantages(batch.score, batch.group_size, scale="none"), None
 
+@register_adv_est("group-batch")
 def adv_group_batch(algo, batch:Batch,
                     reduce=None,  # sums a tensor over data-parallel processes (the std of every process's rewards); None: this process
                    ):
@@ -101,6 +145,7 @@ def adv_group_batch(algo, batch:Batch,
     std = ((s2 - s1 * s1 / n) / (n - 1)).clamp(min=0).sqrt()
     return group_advantages(batch.score, batch.group_size, scale="none") / (std.float() + 1e-4), None
 
+@register_adv_est("gae", critic=True)
 def adv_gae(algo, batch:Batch,
             reduce=None,  # sums a tensor over data-parallel processes (whitening over the union of their rows); None: this process
            ):
@@ -113,35 +158,32 @@ def adv_gae(algo, batch:Batch,
         adv = masked_whiten(adv, batch.mask, reduce=reduce)
     return adv, returns
 
+@register_adv_est("correct")
 def adv_correct(algo, batch:Batch, reduce=None):
     "Rejection-sampling fine-tuning: weight 1 on each correct response (reward >= 1), 0 on the rest; (B,), no value targets."
     return batch.correct.to(batch.score.dtype), None
 
+@register_adv_est("rloo")
 def adv_rloo(algo, batch:Batch, reduce=None):
     "RLOO: each reward minus the mean of the other G-1 rewards of its group; (B,), no value targets."
     return rloo_advantages(batch.score, batch.group_size), None
 
+@register_adv_est("reinforce_pp")
 def adv_reinforce_pp(algo, batch:Batch, reduce=None):
     "REINFORCE++-baseline: each reward minus its group mean, normalised over the global batch (`reduce` sums over processes); (B,)."
     return reinforce_pp_advantages(batch.score, batch.group_size, reduce=reduce), None
 
+@register_adv_est("none", group_free=True)
 def adv_none(algo, batch:Batch, reduce=None):
     "No reward advantage, 0 for every response; with a teacher (`TrainConfig.teacher`) the run is pure on-policy distillation; (B,)."
     return torch.zeros_like(batch.score), None
 
-
+@register_adv_est("batch-mean", group_free=True)
 def adv_batch_mean(algo, batch:Batch,
                    reduce=None,  # sums a tensor over data-parallel processes (the mean of every process's rewards); None: this process
                   ):
     "FlashREINFORCE: each reward minus the mean reward of the whole batch (over all processes), no std; any G, G = 1 included; (B,)."
     return batch_mean_advantages(batch.score, reduce=reduce), None
-
-
-# name -> fn(algo, batch, reduce) -> (advantages (B,) or (B, T), value targets (B, T) or None); a new estimator is one entry
-ADVANTAGE_ESTIMATORS = {"group": adv_group, "group-mean-only": adv_group_mean, "gae": adv_gae, "correct": adv_correct,
-                        "rloo": adv_rloo, "reinforce_pp": adv_reinforce_pp, "group-batch": adv_group_batch, "none": adv_none, "batch-mean": adv_batch_mean}
-CRITIC_ESTIMATORS = ("gae",)  # the estimators that read `batch.values` (the run builds a critic for them)
-GROUP_FREE_ESTIMATORS = ("batch-mean", "none")  # estimators without a critic that need no group either: they work with one response per prompt
 
 
 # %% ../nbs/17_algo.ipynb #88ed9fe3
@@ -155,6 +197,7 @@ def estimate_advantages(algo, batch:Batch,
     return (adv[:, None] if adv.dim() == 1 else adv) + batch.distill_adv, returns
 
 # %% ../nbs/17_algo.ipynb #bd40e055
+@register_policy_loss("clip")
 def loss_clip(algo,
               logp:torch.Tensor,  # (b, T) log-probs under the policy being trained
               old_logp:torch.Tensor,  # (b, T) log-probs under the policy that sampled
@@ -169,46 +212,48 @@ def loss_clip(algo,
     return grpo_loss(logp, old_logp, ref_logp, adv, mask, eps_low=algo.eps_low, eps_high=algo.eps_high, beta=algo.beta if ref_logp is not None else 0.0, kl=algo.kl,
                      agg=algo.agg, max_tokens=max_tokens, global_tokens=global_tokens, dual_clip=algo.dual_clip)
 
+@register_policy_loss("nll")
 def loss_nll(algo, logp, old_logp, ref_logp, adv, mask, max_tokens:int, global_tokens:float|None, reduce=None):
     "RFT: the NLL of the sampled tokens weighted by the advantage, no ratio and no clip (`rl_notes.family.nll_loss`)."
     return nll_loss(logp, old_logp, adv, mask, agg=algo.agg, max_tokens=max_tokens, global_tokens=global_tokens)
 
+@register_policy_loss("gspo")
 def loss_gspo(algo, logp, old_logp, ref_logp, adv, mask, max_tokens:int, global_tokens:float|None, reduce=None):
     "GSPO: one clipped ratio per sequence, the geometric mean of its token ratios (`rl_notes.family.gspo_loss`)."
     return gspo_loss(logp, old_logp, adv, mask, eps_low=algo.eps_low, eps_high=algo.eps_high, agg=algo.agg,
                      max_tokens=max_tokens, global_tokens=global_tokens)
 
+@register_policy_loss("cispo")
 def loss_cispo(algo, logp, old_logp, ref_logp, adv, mask, max_tokens:int, global_tokens:float|None, reduce=None):
     "CISPO: REINFORCE weighted by the clipped, detached ratio (`rl_notes.family.cispo_loss`); bounds 1 - cispo_eps_low, 1 + eps_high."
     return cispo_loss(logp, old_logp, adv, mask, eps_high=algo.eps_high, eps_low=algo.cispo_eps_low, agg=algo.agg,
                       max_tokens=max_tokens, global_tokens=global_tokens)
 
+@register_policy_loss("sapo")
 def loss_sapo(algo, logp, old_logp, ref_logp, adv, mask, max_tokens:int, global_tokens:float|None, reduce=None):
     "SAPO (TRL's `sapo`): the token ratio through a soft gate instead of the clip (`rl_notes.family.sapo_loss`)."
     return sapo_loss(logp, old_logp, adv, mask, tau_pos=algo.sapo_temperature_pos, tau_neg=algo.sapo_temperature_neg, agg=algo.agg,
                      max_tokens=max_tokens, global_tokens=global_tokens)
 
+@register_policy_loss("vespo")
 def loss_vespo(algo, logp, old_logp, ref_logp, adv, mask, max_tokens:int, global_tokens:float|None, reduce=None):
     "VESPO (TRL's `vespo`): REINFORCE weighted by a gamma-shaped function of the detached sequence ratio (`rl_notes.family.vespo_loss`)."
     return vespo_loss(logp, old_logp, adv, mask, k_pos=algo.vespo_k_pos, lam_pos=algo.vespo_lambda_pos, k_neg=algo.vespo_k_neg,
                       lam_neg=algo.vespo_lambda_neg, agg=algo.agg, max_tokens=max_tokens, global_tokens=global_tokens)
 
+@register_policy_loss("kl_cov")
 def loss_kl_cov(algo, logp, old_logp, ref_logp, adv, mask, max_tokens:int, global_tokens:float|None, reduce=None):
     "KL-Cov: the unclipped surrogate plus kl_cov_coef |log r| on the kl_cov_ratio tokens of largest covariance (`rl_notes.family.kl_cov_loss`)."
     return kl_cov_loss(logp, old_logp, adv, mask, kl_ratio=algo.kl_cov_ratio, beta=algo.kl_cov_coef, agg=algo.agg,
                        max_tokens=max_tokens, global_tokens=global_tokens, reduce=reduce)
 
+@register_policy_loss("flash_reinforce", logs=("acceptance_rate", "sequence_kl"))
 def loss_flash_reinforce(algo, logp, old_logp, ref_logp, adv, mask, max_tokens:int, global_tokens:float|None, reduce=None):
     "FlashREINFORCE: REINFORCE weighted by the detached, unclipped pi / mu on the responses whose mean binary KL is <= flash_delta (`rl_notes.family.flash_reinforce_loss`); `old_logp` is mu, the sampler's (`clip_anchor='sampler'`)."
     return flash_reinforce_loss(logp, old_logp, adv, mask, delta=algo.flash_delta, agg=algo.agg, max_tokens=max_tokens, global_tokens=global_tokens)
 
-# name -> fn(algo, logp, old_logp, ref_logp, adv, mask, max_tokens, global_tokens, reduce) -> (loss, metrics); a new loss is one entry
-POLICY_LOSSES = {"clip": loss_clip, "nll": loss_nll, "gspo": loss_gspo, "cispo": loss_cispo, "kl_cov": loss_kl_cov, "sapo": loss_sapo, "vespo": loss_vespo,
-                 "flash_reinforce": loss_flash_reinforce}
 
 # %% ../nbs/17_algo.ipynb #32dfcdca
-LOSS_LOGS = {"flash_reinforce": ("acceptance_rate", "sequence_kl")}  # loss -> metrics of its own the trainer logs (each a mean over responses)
-
 def loss_logs(algo,
               metrics:dict,  # what the loss returned
               mask:torch.Tensor,  # (b, T) the micro-batch's loss mask: the responses with tokens weigh the means

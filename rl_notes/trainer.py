@@ -246,10 +246,10 @@ def _policy_step(run:Run, step:int, mb:Batch, old_logp, ref_logp, n_tok:float, n
         total += float(part.detach())
         w = float(c.loss_mask.sum()); mt.add("entropy", masked_mean(ent.detach(), c.loss_mask), w)
         for k_, v in (glog.items() if pre is None else ()): mt.add(k_, v, w)                     # the gates' metrics, e.g. tis/truncated
-        for k in ("clipfrac", "clipfrac_low", "clipfrac_high", "approx_kl", "ratio_mean"): mt.add(k, pm[k], w)
+        for k in ("clipfrac", "clipfrac_low", "clipfrac_high", "approx_kl", "ratio_mean"): mt.add(k, pm.get(k, 0.0), w if k in pm else 0)   # a loss without one: null
         for k, v, n in loss_logs(algo, pm, c.loss_mask): mt.add(k, v, n)                            # the loss's own metrics (`LOSS_LOGS`)
         mt.add("kl_ref", pm.get("kl", 0.0), w if "kl" in pm else 0)
-        for k, trl in (("clipfrac_low", "low_mean"), ("clipfrac_high", "high_mean"), ("clipfrac", "region_mean")): mt.add(f"clip_ratio/{trl}", pm[k], w)   # TRL's names
+        for k, trl in (("clipfrac_low", "low_mean"), ("clipfrac_high", "high_mean"), ("clipfrac", "region_mean")): mt.add(f"clip_ratio/{trl}", pm.get(k, 0.0), w if k in pm else 0)   # TRL's names
         mt.add("kl", pm.get("kl", 0.0), w if "kl" in pm else 0)                                                          # TRL's name of kl_ref
     if algo.mu > 0:
         if n_pos > 0: mt.add("lm_loss", lm_total, 1)
