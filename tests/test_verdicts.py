@@ -61,3 +61,9 @@ def test_readme_headline_holds_every_record_across_starts():
     recs = [r for r in verdict_records(NBS) if r["n_starts"] > 1]
     readme, claims = block((ROOT / "README.md").read_text(encoding="utf-8")), block(_markdown_outputs("claims.ipynb"))
     assert len(readme) == len(recs) == len(claims) and readme == claims
+
+
+def test_verdicts_print_only_in_experiment_notebooks():
+    "A claim's verdict is an experiment's: only the 5x notebooks print VERDICT lines (the algorithm notebooks show mechanisms and link to them)."
+    outside = {f.name: len(ls) for f in sorted(NBS.glob("*.ipynb")) if (ls := verdict_lines(f)) and not f.name.startswith("5")}
+    assert not outside, f"VERDICT lines printed outside the 5x experiment notebooks: {outside}"
