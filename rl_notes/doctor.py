@@ -7,8 +7,8 @@ __all__ = ['MIN_POINTS', 'T', 'ENTROPY_COLLAPSE_MECHANISM', 'SECTIONS', 'MAX_TRE
            'UNITS', 'Finding', 'theil_sen', 'mann_kendall', 'trend', 'early_jump', 'check_entropy', 'check_zero_std',
            'check_truncation', 'check_length', 'check_value_collapse', 'check_clip', 'check_kl', 'check_grad',
            'check_reward_share', 'check_loss_zero', 'check_heldout', 'check_heldout_drop', 'check_mismatch',
-           'check_is_ratio', 'Report', 'diagnose', 'format_report', 'run_name', 'dashboard', 'main', 'LiveDoctor',
-           'live_doctor']
+           'check_degenerate', 'check_is_ratio', 'Report', 'diagnose', 'format_report', 'run_name', 'dashboard', 'main',
+           'LiveDoctor', 'live_doctor']
 
 # %% ../nbs/42_doctor.ipynb #96bfb557
 import argparse, io, json, math, os, re, sys
@@ -27,7 +27,7 @@ T = dict(  # the thresholds (present, borderline); the reasoning is in the markd
     kl_growth=(0.5, 0.33), kl_level=(0.2, 0.1), kl_min=0.01, loss_zero=0.01, grad_zero=1e-6, grad_zero_share=0.5,
     grad_spike=10.0, grad_spike_n=(3, 1), reward_share=(0.9, 0.75), trend_p=0.01, reward_gain=0.1, heldout_share=(0.2, 0.5),
     heldout_drop=((0.1, 0.2), (0.05, 0.1)),
-    mismatch_logp=(0.05, 0.02), mismatch_kl=(0.00125, 0.0002), is_ratio=(0.05, 0.02))
+    mismatch_logp=(0.05, 0.02), mismatch_kl=(0.00125, 0.0002), is_ratio=(0.05, 0.02), degenerate=(0.2, 0.05))
 ENTROPY_COLLAPSE_MECHANISM = 0.25  # the entropy-collapse threshold the mechanism alone suggests (a power of four); the validation set moved it to 0.6
 
 SECTIONS = {  # finding -> (notebook section that explains the mechanism, knobs that act on it)
@@ -69,6 +69,9 @@ SECTIONS = {  # finding -> (notebook section that explains the mechanism, knobs 
     "is_ratio_bias": ('25_rollout "Truncated sampling and the importance ratio"; 15_family "Truncated importance sampling: the sampler is not the trainer"',
                       ["renormalise the learner on the sampler's support when it samples with top-p / top-k / min-p (rl_notes: top_p with renormalise_support)",
                        "same dtype/kernels for sampler and trainer", "a larger cap, or a gate that masks instead of truncating"]),
+    "degenerate": ('02_responses "Degenerate responses"; 51_clip_higher "D1: Clip-Higher and the entropy collapse"',
+                   ["a loop: lower lr, keep the entropy up (Clip-Higher, an entropy bonus), a repetition penalty or a stop string when sampling",
+                    "empty answers: check each reward function for a length shortcut (a reward that pays for brevity), overlong_filter instead of a length penalty"]),
 }
 
 @dataclass
@@ -387,6 +390,20 @@ def check_mismatch(s:dict) -> Finding|None:
     return _mk("mismatch", "sampler and trainer disagree", "present" if m >= p else "borderline",
                "medium" if m >= p else "low", ev, (x[0], x[-1]), [name], median=m)
 
+def check_degenerate(s:dict) -> Finding|None:
+    "Empty responses or loops (`rl_notes.responses`): the larger share over the late quarter >= 0.2 present, >= 0.05 borderline."
+    p, b = T["degenerate"]
+    got = {m: _windows(*s[m]) for m in ("empty_frac", "loop_frac") if m in s}
+    m, w = max(got.items(), key=lambda kv: kv[1]["late"])
+    if w["late"] < b: return None
+    what = {"empty_frac": "empty responses", "loop_frac": "responses ending in a loop"}[m]
+    ev = (f"{what}: {w['early']:.0%} of the samples (steps {w['e_steps'][0]:g}-{w['e_steps'][1]:g}) -> {w['late']:.0%} "
+          f"(steps {w['l_steps'][0]:g}-{w['l_steps'][1]:g}) (present at >= {p:.0%} late, borderline >= {b:.0%})")
+    others = [f"{k}: {g['late']:.0%} late" for k, g in got.items() if k != m]
+    if others: ev += "; " + ", ".join(others)
+    return _mk("degenerate", what, "present" if w["late"] >= p else "borderline", "high" if w["late"] >= p and w["late"] > w["early"] else "medium",
+               ev, w["steps"], list(got), [w["e_steps"], w["l_steps"]], early=w["early"], late=w["late"])
+
 def check_is_ratio(s:dict) -> Finding|None:
     "A biased sampler/learner ratio: E_mu[pi / mu] = 1 when the learner's distribution is the sampler's, so a batch mean whose median |log| is >= 0.05 (borderline 0.02) is a gap between them."
     x, y = s["is_ratio"]; y = y[y > 0]
@@ -416,6 +433,7 @@ CHECKS = {  # name -> (groups of metrics (each group: any one of them is enough)
     "heldout_drop": ([("heldout_acc", "heldout_reward")], 3, check_heldout_drop),
     "mismatch": ([("mismatch_logp", "mismatch_kl")], 3, check_mismatch),
     "is_ratio_bias": ([("is_ratio",)], 3, check_is_ratio),
+    "degenerate": ([("empty_frac", "loop_frac")], MIN_POINTS, check_degenerate),
 }
 
 # %% ../nbs/42_doctor.ipynb #2313121c

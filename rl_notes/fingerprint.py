@@ -51,7 +51,7 @@ def _row(r:dict) -> dict:
     "A row without its timings (keys `time*` and `*seconds`, at any depth): the only entries that differ between two identical runs."
     return {k: _row(v) if isinstance(v, dict) else v for k, v in r.items() if not (k.startswith("time") or k.endswith("seconds"))}
 
-ADDED_METRICS = re.compile(r"^(reward_std|frac_reward_zero_std|micro_batches|rewards/.+/(mean|std)|completions/(mean_length|clipped_ratio)|clip_ratio/.+|kl|"
+ADDED_METRICS = re.compile(r"^(reward_std|frac_reward_zero_std|empty_frac|loop_frac|micro_batches|rewards/.+/(mean|std)|completions/(mean_length|clipped_ratio)|clip_ratio/.+|kl|"
                            r"(tis|rs|opsm|gate)/(kept|truncated|weight_mean|metric_mean|metric_max))$")  # metrics added after the rows were fixed
 RENAMED_METRICS = {"frac_reward_ge1": "acc", "heldout_reward": "heldout_acc", "heldout_sample_reward": "heldout_sample_acc"}  # today's name -> the fixed one
 

@@ -10,13 +10,14 @@ __all__ = ['VOCAB', 'SOURCE_MAPS', 'NOT_METRICS', 'KNOWN_UNUSED', 'VERL_VAL', 'M
 import csv, json, math, os, re, stat
 from pathlib import Path
 import numpy as np
+from .responses import degenerate_rates
 
 
 # %% ../nbs/41_runlogs.ipynb #84665ea9
 VOCAB = ("reward", "acc", "reward_std", "zero_std_frac", "entropy", "clipfrac", "clipfrac_low", "clipfrac_high",
          "dualclip_frac", "approx_kl", "kl_ref", "len_mean", "len_right", "len_wrong", "len_terminated", "trunc_frac",
          "explained_var", "loss", "grad_norm", "lr", "heldout_acc", "heldout_reward", "heldout_pass_k",
-         "mismatch_logp", "mismatch_kl", "is_ratio")  # the internal metric names every reader maps to
+         "mismatch_logp", "mismatch_kl", "is_ratio", "empty_frac", "loop_frac")  # the internal metric names every reader maps to
 
 SOURCE_MAPS = {  # source -> {its metric name: internal name}
     "rl_notes": {"reward": "reward", "acc": "acc", "entropy": "entropy", "clipfrac": "clipfrac",
@@ -24,13 +25,14 @@ SOURCE_MAPS = {  # source -> {its metric name: internal name}
                  "kl_ref": "kl_ref", "resp_len": "len_mean", "len_right": "len_right", "len_wrong": "len_wrong",
                  "trunc_rate": "trunc_frac", "explained_var": "explained_var", "loss": "loss", "grad_norm": "grad_norm",
                  "lr": "lr", "heldout_acc": "heldout_acc", "heldout_reward": "heldout_reward", "frac_reward_zero_std": "zero_std_frac",
-                 "mismatch/logp_diff_mean": "mismatch_logp", "mismatch/kl_k1": "mismatch_kl"},
+                 "mismatch/logp_diff_mean": "mismatch_logp", "mismatch/kl_k1": "mismatch_kl", "empty_frac": "empty_frac", "loop_frac": "loop_frac"},
     "trl": {"reward": "reward", "reward_std": "reward_std", "frac_reward_zero_std": "zero_std_frac", "entropy": "entropy",
             "clip_ratio/region_mean": "clipfrac", "clip_ratio/low_mean": "clipfrac_low",
             "clip_ratio/high_mean": "clipfrac_high", "kl": "kl_ref", "completions/mean_length": "len_mean",
             "completions/mean_terminated_length": "len_terminated", "completions/clipped_ratio": "trunc_frac",
             "loss": "loss", "grad_norm": "grad_norm", "learning_rate": "lr", "eval_reward": "heldout_reward",
-            "sampling/sampling_logp_difference/mean": "mismatch_logp", "sampling/importance_sampling_ratio/mean": "is_ratio"},
+            "sampling/sampling_logp_difference/mean": "mismatch_logp", "sampling/importance_sampling_ratio/mean": "is_ratio",
+            "empty_frac": "empty_frac", "loop_frac": "loop_frac"},   # from TRL's completion files (`log_completions=True`), read beside its log
     "verl": {"critic/score/mean": "reward", "actor/entropy": "entropy", "actor/pg_clipfrac": "clipfrac",
              "actor/pg_clipfrac_lower": "dualclip_frac", "actor/ppo_kl": "approx_kl", "actor/kl_loss": "kl_ref",
              "response_length/mean": "len_mean", "response_length/clip_ratio": "trunc_frac",
@@ -149,6 +151,26 @@ def _read_csv(path:Path) -> list[dict]:
     if not rows: raise DoctorError(f"{path}: a header but no metric rows")
     return rows
 
+def _completion_text(c) -> str:
+    "A logged completion as text: a string, or a conversation's message contents joined."
+    if isinstance(c, str): return c
+    if isinstance(c, (list, tuple)): return "".join(m.get("content", "") if isinstance(m, dict) and isinstance(m.get("content"), str) else "" for m in c)
+    return ""
+
+def _trl_completions(d:Path) -> list[dict]:
+    "Rows {step, empty_frac, loop_frac} from TRL's completion files in `d` (`log_completions=True` writes d/completions/completions_<step>.parquet); [] when there are none."
+    files = sorted(d.glob("completions/completions_*.parquet"))
+    if not files: return []
+    try: import pyarrow.parquet as pq  # heavy: pyarrow (a dependency of datasets), only for TRL's completion files
+    except ImportError: return []
+    out = []
+    for f in files:
+        try: t = pq.read_table(f, columns=["step", "completion"]).to_pydict()
+        except Exception as e: raise DoctorError(f"{f}: not a TRL completion file ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+        step = t["step"][0] if t["step"] else int(re.sub(r"\D", "", f.stem) or 0)
+        out.append({"step": step, **degenerate_rates([_completion_text(c) for c in t["completion"]])})
+    return out
+
 def _trl_state_file(d:Path) -> Path|None:
     "trainer_state.json in `d`, else the one of the latest checkpoint-N."
     if os.path.lexists(d / "trainer_state.json"): return d / "trainer_state.json"
@@ -226,7 +248,9 @@ def read_log(path:str|Path,  # a run directory, trainer_state.json, metrics.json
         p = f
     if p.name.startswith("events.out.tfevents"): rows = _read_tensorboard(p); return source or _guess_source(rows), rows, p
     if p.suffix == ".csv": rows = _read_csv(p)
-    elif p.name == "trainer_state.json" or source == "trl" or _is_trl_state(p): return "trl", _read_trl(p), p
+    elif p.name == "trainer_state.json" or source == "trl" or _is_trl_state(p):
+        run = p.parent.parent if re.fullmatch(r"checkpoint-\d+", p.parent.name) else p.parent   # TRL's output_dir
+        return "trl", _read_trl(p) + _trl_completions(run), p
     else: rows = _read_jsonl(p)
     if source is None:
         if p.suffix == ".csv": source = "csv"

@@ -13,6 +13,7 @@ from .core import masked_mean
 from .ppo import value_loss, explained_variance, terminal_rewards
 from .dapo import dynamic_sample, soft_overlong_punishment
 from .vapo import positive_lm_loss, value_pretrain_loss
+from .responses import degenerate_rates
 from .rollout import Rollout, NonFiniteLogits, mix_seed
 from .rundir import checkpoint_dirs
 from .trainconfig import TrainConfig, lr_factor, eval_due
@@ -47,6 +48,7 @@ def _rollout_metrics(run:Run, first:dict, keep:torch.Tensor, mt:Meter):
     mt.add("trunc_rate", ro.truncated.float().mean(), n); mt.max("resp_len_max", L.max())
     mt.add("completions/mean_length", L.mean(), n); mt.add("completions/clipped_ratio", ro.truncated.float().mean(), n)   # TRL's names of resp_len, trunc_rate
     mt.add("kept_frac", keep.float().mean(), n / run.cfg.group_size)
+    for k, v in degenerate_rates(ro.response_text).items(): mt.add(k, v, n)   # empty responses, loops (`rl_notes.responses`)
     _reward_stats(run, reward, first["per_func"], n, mt)
 
 @contextlib.contextmanager

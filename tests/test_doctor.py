@@ -446,3 +446,37 @@ def test_trls_importance_ratio_is_read_and_its_bias_found(tmp_path):
         (d / "trainer_state.json").write_text(json.dumps({"log_history": hist}))
         got = {f.key: f.status for f in diagnose(d).findings}
         assert got.get("is_ratio_bias") == want, got
+
+
+# ---- degenerate responses: empty answers and loops (rl_notes.responses), read from rl_notes' metrics and TRL's completion files
+DEGENERATE = ROOT / "nbs" / "examples" / "doctor_degenerate"
+
+def test_degenerate_responses_named_in_both_engines_committed_runs():
+    from rl_notes.doctor import diagnose
+    for run, source in (("rl_notes-brevity", "rl_notes"), ("trl-brevity", "trl")):
+        r = diagnose(DEGENERATE / run)
+        f = next((f for f in r.findings if f.key == "degenerate"), None)
+        assert r.source == source and f is not None and f.status == "present", (run, [(x.key, x.status) for x in r.findings])
+        assert f.title == "empty responses" and f.numbers["late"] >= 0.9 and "empty_frac" in f.metrics
+
+
+def test_trl_completion_files_become_rates(tmp_path):
+    "TRL's completions_<step>.parquet (strings or conversations) read as one {step, empty_frac, loop_frac} row each."
+    import pyarrow as pa, pyarrow.parquet as pq, shutil
+    from rl_notes.runlogs import read_log, to_series
+    run = tmp_path / "trl"; (run / "completions").mkdir(parents=True)
+    shutil.copy(DEGENERATE / "trl-brevity" / "trainer_state.json", run / "trainer_state.json")
+    conv = lambda t: [{"role": "assistant", "content": t}]
+    pq.write_table(pa.table({"step": [1] * 4, "prompt": ["p"] * 4, "completion": ["", "42", "ab" * 12, "  "]}), run / "completions" / "completions_00001.parquet")
+    pq.write_table(pa.table({"step": [2] * 2, "prompt": ["p"] * 2, "completion": [conv("7"), conv("")]}), run / "completions" / "completions_00002.parquet")
+    source, rows, _ = read_log(run)
+    s, _ = to_series(rows, source)
+    assert source == "trl" and list(s["empty_frac"][1][:2]) == [0.5, 0.5] and list(s["loop_frac"][1][:2]) == [0.25, 0.0]
+
+
+def test_a_healthy_run_has_no_degenerate_finding():
+    "The committed healthy validation runs log no empty or looping shares: the check does not run, and never alarms."
+    from rl_notes.doctor import check_degenerate
+    import numpy as np
+    steps = np.arange(1.0, 41.0)
+    assert check_degenerate({"empty_frac": (steps, np.zeros(40)), "loop_frac": (steps, np.full(40, 0.02))}) is None

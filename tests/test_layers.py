@@ -59,16 +59,16 @@ def read_tables(text:str|None=None):
 LAYERS, GROUP, THIRD_PARTY = read_tables()
 NO_FILE_IO = {1: {"os", "io", "json", "shutil", "pathlib", "safetensors"}}  # modules an L1 module may not import
 INDEPENDENT = {"L3 loops"}  # rows with this label do not import each other (each loop stands alone)
-HEAVY = {"transformers", "datasets", "accelerate", "gymnasium", "matplotlib", "trl", "peft", "math_verify", "trackio", "wandb", "tensorboard",
+HEAVY = {"transformers", "datasets", "pyarrow", "accelerate", "gymnasium", "matplotlib", "trl", "peft", "math_verify", "trackio", "wandb", "tensorboard",
          "torch.utils.tensorboard"}  # top-level packages, or a dotted module (that module and its submodules)
 LAZY_L4 = {"torch", PKG}  # the CLI imports these inside its commands so that `--help` stays fast
 LAZY_SETTINGS = {"trainconfig"}  # the settings the CLI imports for --help: they import torch-bearing rl_notes modules inside their checks only
 # modules held to less than their layer allows: (third-party packages, rl_notes modules) they may import
 ONLY = {"analysis": ({"numpy", "matplotlib"}, set()),  # run analysis: reads metrics.jsonl, imports nothing of training
-        "runlogs": ({"numpy"}, set()),   # reads a run's logs (rl_notes, TRL, verl, CSV, TensorBoard, W&B): no torch, no training code
-        "doctor": ({"numpy", "matplotlib"}, {"runlogs"})}
+        "runlogs": ({"numpy"}, {"responses"}),   # reads a run's logs (rl_notes, TRL, verl, CSV, TensorBoard, W&B): no torch, no training code
+        "doctor": ({"numpy", "matplotlib"}, {"runlogs", "responses"})}
 # optional readers of these modules: a log format's own library, imported only inside the function that needs it (with a heavy reason)
-ONLY_NESTED = {"runlogs": {"tensorboard", "wandb"}, "doctor": {"transformers"}}   # reads a run's logs (rl_notes, TRL, verl): no torch, no training code
+ONLY_NESTED = {"runlogs": {"tensorboard", "wandb", "pyarrow"}, "doctor": {"transformers"}}   # reads a run's logs (rl_notes, TRL, verl): no torch, no training code
 EXEMPT = {"__init__", "_modidx"}  # nbdev's package files
 
 LAYER_OF = {m: l for l, ms in LAYERS.items() for m in ms}
@@ -235,7 +235,7 @@ def test_readme_picture_is_drawn_from_the_table():
 
 def test_table_reader():
     layers, groups, third = read_tables()
-    assert layers[0] == ["core", "rope"] and layers[4][-2:] == ["cli", "trl_trainer"]
+    assert layers[0] == ["core", "rope", "responses"] and layers[4][-2:] == ["cli", "trl_trainer"]
     assert layers[2][:5] == ["configs", "trainconfig", "data", "tasks", "models"] and groups["sft"] == "L3 loops" and groups["lab"] == "L3 lab"
     assert third[0] == {"torch"} and third[4] is None and "transformers" in third[2] and "os" not in third[1]
     # a new module is a new row: here one between the loops and the lab
