@@ -464,7 +464,7 @@ def _parser(cmd:str|None=None,  # the subcommand whose options are built (those 
     q.add_argument("runs", nargs="+", metavar="RUN", help="run directories (with metrics.jsonl)")
     q.add_argument("--out", default="curves.png", help="PNG file (default curves.png)")
     q.add_argument("--keys", default=None, help="comma-separated metrics (default: rl_notes.analysis.PLOT_KEYS, held-out accuracy, reward, entropy, response length)")
-    sub.add_parser("doctor", help="read a run's logged metrics (rl_notes, TRL, verl, CSV) and name the failure modes it shows; "
+    sub.add_parser("doctor", help="read a run's logged metrics (rl_notes, TRL, verl, OpenRLHF, SkyRL, prime-rl, NeMo RL, CSV) and name the failure modes it shows; "
                    "`rl_notes doctor --help`", add_help=False)
     q = sub.add_parser("demo", help="the main job: SFT warm start, then GRPO and DAPO on addition; curves and summary")
     q.add_argument("--out", default="runs/demo", help="output directory (default runs/demo; its runs are replaced)")

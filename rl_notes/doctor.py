@@ -607,12 +607,14 @@ def _quiet_stdout():
 
 def main(argv:list[str]|None=None) -> int:
     "`python -m rl_notes.doctor RUN [--json F] [--png F] [--force] [--source S] [--map a=b ...]`: 0 whatever it finds, 2 for an unreadable log or a refused output."
-    p = argparse.ArgumentParser(prog="rl_notes doctor", description="Name the failure modes an RL run's logged metrics show.")
-    p.add_argument("run", help="run directory, trainer_state.json, metrics.jsonl, or a .jsonl/.csv export")
+    p = argparse.ArgumentParser(prog="rl_notes doctor", description="Name the failure modes an RL run's logged metrics show. Reads rl_notes, "
+                                "TRL (trainer_state.json, and its completion files), verl, OpenRLHF, SkyRL, prime-rl and NeMo RL logs: their "
+                                "metrics.jsonl or JSONL file logger, TensorBoard event files, W&B run directories, or a CSV export.")
+    p.add_argument("run", help="run directory (TensorBoard or W&B logs included), trainer_state.json, metrics.jsonl, or a .jsonl/.csv export")
     p.add_argument("--json", help="write the report as JSON here ('-': stdout)")
     p.add_argument("--png", help="write the dashboard PNG here")
     p.add_argument("--force", action="store_true", help="replace an existing --json / --png file (never the log it reads)")
-    p.add_argument("--source", choices=sorted(SOURCE_MAPS), help="the log's format (default: found from the path)")
+    p.add_argument("--source", choices=sorted(SOURCE_MAPS), help="the engine that wrote the log (default: found from the path and its metric names)")
     p.add_argument("--map", nargs="+", action="extend", default=[], metavar="THEIRS=OURS",
                    help=f"column mapping (repeatable; put RUN first); internal names: {', '.join(VOCAB)}")
     a = p.parse_args(argv)

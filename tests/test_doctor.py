@@ -480,3 +480,28 @@ def test_a_healthy_run_has_no_degenerate_finding():
     import numpy as np
     steps = np.arange(1.0, 41.0)
     assert check_degenerate({"empty_frac": (steps, np.zeros(40)), "loop_frac": (steps, np.full(40, 0.02))}) is None
+
+
+# ---- the engines users run: OpenRLHF, SkyRL, prime-rl, NeMo RL (their names restated from source; nbs/examples/engine_logs/make.py)
+ENGINE_LOGS = ROOT / "nbs" / "examples" / "engine_logs"
+
+@pytest.mark.parametrize("engine", ["openrlhf", "skyrl", "prime_rl", "nemo_rl"])
+def test_each_engine_log_is_read_and_diagnosed(engine):
+    from rl_notes.doctor import diagnose
+    r = diagnose(ENGINE_LOGS / engine)
+    assert r.source == engine and r.n_steps == 40 and r.unmapped == []                 # found from its names; every name known
+    assert {"reward", "entropy", "grad_norm", "lr", "len_mean"} <= set(r.metrics)
+    assert any(f.key == "entropy_collapse" and f.status == "present" for f in r.findings)  # the synthetic collapse, in each engine's names
+
+
+def test_engine_names_are_not_read_as_trl():
+    "transformers' train/ prefix is TRL's: NeMo RL's train/reward is not TRL's reward read through the prefix."
+    from rl_notes.runlogs import read_log
+    assert read_log(ENGINE_LOGS / "nemo_rl")[0] == "nemo_rl" and read_log(ENGINE_LOGS / "nemo_rl", source="nemo_rl")[1][0]["train/reward"] > 0
+
+
+def test_cli_names_the_engines():
+    p = _cli("--help"); text = " ".join(p.stdout.replace("-\n", "-").split())   # argparse wraps lines, at a hyphen too
+    assert p.returncode == 0 and all(e in text for e in ("OpenRLHF", "SkyRL", "prime-rl", "NeMo RL", "openrlhf", "skyrl", "prime_rl", "nemo_rl"))
+    p = _cli(ENGINE_LOGS / "skyrl", "--source", "skyrl")
+    assert p.returncode == 0 and "entropy collapse" in p.stdout.lower()
