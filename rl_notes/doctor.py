@@ -27,7 +27,7 @@ T = dict(  # the thresholds (present, borderline); the reasoning is in the markd
     kl_growth=(0.5, 0.33), kl_level=(0.2, 0.1), kl_min=0.01, loss_zero=0.01, grad_zero=1e-6, grad_zero_share=0.5,
     grad_spike=10.0, grad_spike_n=(3, 1), reward_share=(0.9, 0.75), trend_p=0.01, reward_gain=0.1, heldout_share=(0.2, 0.5),
     heldout_drop=((0.1, 0.2), (0.05, 0.1)),
-    mismatch_logp=(0.05, 0.02), mismatch_kl=(0.00125, 0.0002), is_ratio=(0.05, 0.02), degenerate=(0.2, 0.05))
+    mismatch_logp=(0.05, 0.02), mismatch_kl=(0.00125, 0.0002), is_ratio=(0.05, 0.02), degenerate=(0.2, 0.05), proxy_gap=(0.3, 0.15))
 ENTROPY_COLLAPSE_MECHANISM = 0.25  # the entropy-collapse threshold the mechanism alone suggests (a power of four); the validation set moved it to 0.6
 
 SECTIONS = {  # finding -> (notebook section that explains the mechanism, knobs that act on it)
@@ -350,20 +350,35 @@ def check_loss_zero(s:dict) -> Finding|None:
     return _mk("loss_zero", "loss and gradient both 0: no learning" if dead else "loss near 0 (expected with centred advantages; the gradient is not 0)",
                "present" if dead else "note", "high", ev, (x[0], x[-1]), ["loss", "grad_norm"], loss=m, grad_norm=g)
 
+def _score_scale(*ys) -> bool:
+    "Do the series all lie on a score's scale, [0, 1] (an accuracy, a 0/1 reward)?"
+    return all(len(y) and float(np.min(y)) >= -0.05 and float(np.max(y)) <= 1.05 for y in ys)
+
 def check_heldout(s:dict) -> Finding|None:
-    "Training accuracy/reward gains >= 0.1 (Theil-Sen, Mann-Kendall p < 0.01) while the held-out metric gains < 1/5 of that (borderline < 1/2)."
+    "Training accuracy/reward gains >= 0.1 (Theil-Sen, Mann-Kendall p < 0.01) while the held-out metric gains < 1/5 of that (borderline < 1/2); or, on a [0, 1] scale, the training score ends >= 0.3 above the held-out one (borderline 0.15)."
     tr, ho = _first(s, "acc", "reward"), _first(s, "heldout_acc", "heldout_reward")
     (x, y), (_, hy) = s[tr], s[ho]
+    if len(hy) < 3: return None
     w = _windows(x, y); t = trend(x, y); gain = t["change"]
-    if gain < T["reward_gain"] or t["p"] >= T["trend_p"] or len(hy) < 3: return None
     k = max(1, len(hy) // 3)
     hgain = float(np.mean(hy[-k:]) - np.mean(hy[:k]))
     p, b = T["heldout_share"]
-    if hgain >= b * gain: return None
-    ev = (f"training {tr} {t['start']:.3g} -> {t['end']:.3g} on its Theil-Sen line (+{gain:.3g}, Mann-Kendall p {t['p']:.1g}) while {ho} {np.mean(hy[:k]):.3g} -> {np.mean(hy[-k:]):.3g} "
-          f"({hgain:+.3f}) over steps {x[0]:g}-{x[-1]:g} (present when the held-out gain < {p:.0%} of the training gain, borderline < {b:.0%})")
-    return _mk("heldout_gap", "reward rises, held-out does not", "present" if hgain < p * gain else "borderline",
-               "medium" if hgain < p * gain else "low", ev, w["steps"], [tr, ho], spans=[w["e_steps"], w["l_steps"]], train_gain=gain, heldout_gain=hgain)
+    by_trend = gain >= T["reward_gain"] and t["p"] < T["trend_p"] and hgain < b * gain
+    gap = w["late"] - float(np.mean(hy[-k:])) if _score_scale(y, hy) else None   # a proxy met without the task: no rise needed
+    gp, gb = T["proxy_gap"]
+    by_gap = gap is not None and gap >= gb
+    if not (by_trend or by_gap): return None
+    parts = []
+    if by_trend:
+        parts.append(f"training {tr} {t['start']:.3g} -> {t['end']:.3g} on its Theil-Sen line (+{gain:.3g}, Mann-Kendall p {t['p']:.1g}) while {ho} {np.mean(hy[:k]):.3g} -> {np.mean(hy[-k:]):.3g} "
+                     f"({hgain:+.3f}) over steps {x[0]:g}-{x[-1]:g} (present when the held-out gain < {p:.0%} of the training gain, borderline < {b:.0%})")
+    if by_gap:
+        parts.append(f"training {tr} {w['late']:.3g} over steps {w['l_steps'][0]:g}-{w['l_steps'][1]:g} against {ho} {np.mean(hy[-k:]):.3g} at the end: {gap:+.3f} "
+                     f"(present at >= {gp:g}, borderline >= {gb:g}; the first training value {y[0]:.3g})")
+    present = (by_trend and hgain < p * gain) or (by_gap and gap >= gp)
+    return _mk("heldout_gap", "reward rises, held-out does not" if by_trend else "training reward far above the held-out score",
+               "present" if present else "borderline", "medium" if present else "low", "; ".join(parts), w["steps"], [tr, ho],
+               spans=[w["e_steps"], w["l_steps"]], train_gain=gain, heldout_gain=hgain, **({"gap": gap} if gap is not None else {}))
 
 def check_heldout_drop(s:dict) -> Finding|None:
     "Held-out accuracy (or reward) falls: last third's mean below the first third's by >= 0.1 and >= 20% of it (borderline 0.05, 10%)."

@@ -505,3 +505,15 @@ def test_cli_names_the_engines():
     assert p.returncode == 0 and all(e in text for e in ("OpenRLHF", "SkyRL", "prime-rl", "NeMo RL", "openrlhf", "skyrl", "prime_rl", "nemo_rl"))
     p = _cli(ENGINE_LOGS / "skyrl", "--source", "skyrl")
     assert p.returncode == 0 and "entropy collapse" in p.stdout.lower()
+
+
+def test_a_proxy_that_saturates_at_once_is_named():
+    "The reward hacks of the committed validation set (the proxy saturates in a step or two) are named by the held-out check's level path, in TRL too; no control is."
+    from rl_notes.doctor import diagnose
+    v3 = ROOT / "nbs" / "examples" / "doctor_validation_v3"
+    for seed in range(3):
+        for run in (f"hack-s{seed}", f"hack-trl-s{seed}"):
+            f = next((f for f in diagnose(v3 / run).findings if f.key == "heldout_gap"), None)
+            assert f is not None and f.status == "present" and f.numbers["gap"] >= 0.3, run
+    for ctrl in sorted(v3.glob("ctrl-*")):
+        assert not any(f.key == "heldout_gap" for f in diagnose(ctrl).findings), ctrl.name
