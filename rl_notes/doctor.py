@@ -7,8 +7,8 @@ __all__ = ['MIN_POINTS', 'T', 'ENTROPY_COLLAPSE_MECHANISM', 'SECTIONS', 'MAX_TRE
            'UNITS', 'Finding', 'theil_sen', 'mann_kendall', 'trend', 'early_jump', 'check_entropy', 'check_zero_std',
            'check_truncation', 'check_length', 'check_value_collapse', 'check_clip', 'check_kl', 'check_grad',
            'check_reward_share', 'check_loss_zero', 'check_heldout', 'check_heldout_drop', 'check_mismatch',
-           'check_degenerate', 'check_is_ratio', 'Report', 'diagnose', 'format_report', 'run_name', 'dashboard', 'main',
-           'LiveDoctor', 'live_doctor']
+           'check_plateau', 'check_degenerate', 'check_is_ratio', 'Report', 'diagnose', 'format_report', 'run_name',
+           'dashboard', 'main', 'LiveDoctor', 'live_doctor']
 
 # %% ../nbs/42_doctor.ipynb #96bfb557
 import argparse, io, json, math, os, re, sys
@@ -27,7 +27,7 @@ T = dict(  # the thresholds (present, borderline); the reasoning is in the markd
     kl_growth=(0.5, 0.33), kl_level=(0.2, 0.1), kl_min=0.01, loss_zero=0.01, grad_zero=1e-6, grad_zero_share=0.5,
     grad_spike=10.0, grad_spike_n=(3, 1), reward_share=(0.9, 0.75), trend_p=0.01, reward_gain=0.1, heldout_share=(0.2, 0.5),
     heldout_drop=((0.1, 0.2), (0.05, 0.1)),
-    mismatch_logp=(0.05, 0.02), mismatch_kl=(0.00125, 0.0002), is_ratio=(0.05, 0.02), degenerate=(0.2, 0.05), proxy_gap=(0.3, 0.15))
+    mismatch_logp=(0.05, 0.02), mismatch_kl=(0.00125, 0.0002), is_ratio=(0.05, 0.02), degenerate=(0.2, 0.05), proxy_gap=(0.3, 0.15), plateau_points=60, plateau_rise=0.1, plateau_flat=0.02, plateau_room=0.9)
 ENTROPY_COLLAPSE_MECHANISM = 0.25  # the entropy-collapse threshold the mechanism alone suggests (a power of four); the validation set moved it to 0.6
 
 SECTIONS = {  # finding -> (notebook section that explains the mechanism, knobs that act on it)
@@ -69,6 +69,9 @@ SECTIONS = {  # finding -> (notebook section that explains the mechanism, knobs 
     "is_ratio_bias": ('25_rollout "Truncated sampling and the importance ratio"; 15_family "Truncated importance sampling: the sampler is not the trainer"',
                       ["renormalise the learner on the sampler's support when it samples with top-p / top-k / min-p (rl_notes: top_p with renormalise_support)",
                        "same dtype/kernels for sampler and trainer", "a larger cap, or a gate that masks instead of truncating"]),
+    "plateau": ('11_grpo "Group-relative advantages (outcome supervision)"; 53_dynamic_sampling "D3"',
+                ["nothing, if the score is near what the task allows", "a learning-rate schedule that does not decay too early (lr_scheduler_type, min_lr_rate)",
+                 "harder prompts, or more of them (the groups still carry signal)", "check the clip fractions: updates clipped away do not move the policy"]),
     "degenerate": ('02_responses "Degenerate responses"; 51_clip_higher "D1: Clip-Higher and the entropy collapse"',
                    ["a loop: lower lr, keep the entropy up (Clip-Higher, an entropy bonus), a repetition penalty or a stop string when sampling",
                     "empty answers: check each reward function for a length shortcut (a reward that pays for brevity), overlong_filter instead of a length penalty"]),
@@ -405,6 +408,22 @@ def check_mismatch(s:dict) -> Finding|None:
     return _mk("mismatch", "sampler and trainer disagree", "present" if m >= p else "borderline",
                "medium" if m >= p else "low", ev, (x[0], x[-1]), [name], median=m)
 
+def check_plateau(s:dict) -> Finding|None:
+    "A score that rose (>= 0.1 over the first half) and then stopped below 0.9 (the second half's Theil-Sen change within +-0.02, Mann-Kendall p >= 0.05) while its groups still carry signal; >= 60 points; borderline only: reported, never alarmed."
+    tr = _first(s, "acc", "reward"); x, y = s[tr]
+    if len(y) < T["plateau_points"] or not _score_scale(y): return None
+    h = len(y) // 2
+    first, second = trend(x[:h], y[:h]), trend(x[h:], y[h:])
+    level = float(np.median(y[-max(3, len(y) // 4):]))
+    if first["change"] < T["plateau_rise"] or abs(second["change"]) > T["plateau_flat"] or second["p"] < 0.05 or level >= T["plateau_room"]: return None
+    zs = float(np.median(s["zero_std_frac"][1][h:])) if "zero_std_frac" in s else None
+    if zs is not None and zs >= T["zero_std"][0]: return None   # no signal in the groups: `zero_std` says why
+    ev = (f"{tr} rose {first['change']:+.3f} over steps {x[0]:g}-{x[h - 1]:g}, then {second['change']:+.3f} over steps {x[h]:g}-{x[-1]:g} "
+          f"(Theil-Sen; Mann-Kendall p {second['p']:.2g}) at {level:.3g}" + (f", groups without signal {zs:.0%}" if zs is not None else "") +
+          f" (reported when the first half rises >= {T['plateau_rise']:g}, the second moves <= {T['plateau_flat']:g} and ends below {T['plateau_room']:g}; never alarmed)")
+    return _mk("plateau", f"{tr} stopped improving", "borderline", "low", ev, (x[0], x[-1]), [tr] + (["zero_std_frac"] if zs is not None else []),
+               [(x[0], x[h - 1]), (x[h], x[-1])], first=first["change"], second=second["change"], level=level)
+
 def check_degenerate(s:dict) -> Finding|None:
     "Empty responses or loops (`rl_notes.responses`): the larger share over the late quarter >= 0.2 present, >= 0.05 borderline."
     p, b = T["degenerate"]
@@ -449,6 +468,7 @@ CHECKS = {  # name -> (groups of metrics (each group: any one of them is enough)
     "mismatch": ([("mismatch_logp", "mismatch_kl")], 3, check_mismatch),
     "is_ratio_bias": ([("is_ratio",)], 3, check_is_ratio),
     "degenerate": ([("empty_frac", "loop_frac")], MIN_POINTS, check_degenerate),
+    "plateau": ([("acc", "reward")], MIN_POINTS, check_plateau),
 }
 
 # %% ../nbs/42_doctor.ipynb #2313121c

@@ -517,3 +517,13 @@ def test_a_proxy_that_saturates_at_once_is_named():
             assert f is not None and f.status == "present" and f.numbers["gap"] >= 0.3, run
     for ctrl in sorted(v3.glob("ctrl-*")):
         assert not any(f.key == "heldout_gap" for f in diagnose(ctrl).findings), ctrl.name
+
+
+def test_a_plateau_is_reported_never_alarmed():
+    "On the committed logs: a 120-step run whose reward rose and then flattened gets a borderline plateau; no control (30-60 steps) gets one."
+    from rl_notes.doctor import diagnose
+    v3 = ROOT / "nbs" / "examples" / "doctor_validation_v3"
+    f = next(f for f in diagnose(v3 / "collapse-s1").findings if f.key == "plateau")
+    assert f.status == "borderline" and f.numbers["first"] >= 0.1 and abs(f.numbers["second"]) <= 0.02
+    for ctrl in sorted(v3.glob("ctrl-*")):
+        assert not any(f.key == "plateau" for f in diagnose(ctrl).findings), ctrl.name
