@@ -8,15 +8,15 @@ import math
 from typing import NamedTuple
 import torch
 from torch import nn
-from .core import check_shapes, kl_penalty, masked_mean
+from .core import check_shapes, kl_penalty, masked_mean, agg_loss
 from .ppo import ppo_policy_loss, terminal_rewards
 from .family import tis_weights
 
 # %% auto #0
 __all__ = ['ESS_LEVELS', 'RS_LEVELS', 'GATE_LEVELS', 'GATE_ACTIONS', 'GATE_METRICS', 'GATE_AGGS', 'GATE_PRESETS',
-           'GATE_READS_ADV', 'effective_sample_size', 'mismatch_metrics', 'rejection_mask', 'icepop_mask', 'opsm_mask',
-           'Gated', 'token_divergence', 'gate', 'decoupled_ppo_loss', 'staleness_mask', 'kl_shaped_rewards',
-           'AdaptiveKLController', 'ref_reset_due', 'reset_reference']
+           'GATE_READS_ADV', 'DPPO_KINDS', 'effective_sample_size', 'mismatch_metrics', 'rejection_mask', 'icepop_mask',
+           'opsm_mask', 'Gated', 'token_divergence', 'gate', 'decoupled_ppo_loss', 'staleness_mask', 'm2po_mask',
+           'dppo_mask', 'dppo_loss', 'kl_shaped_rewards', 'AdaptiveKLController', 'ref_reset_due', 'reset_reference']
 
 # %% ../nbs/16_offpolicy.ipynb #f2c3e73d
 def _log_w(logp, rollout_logp, mask):
@@ -298,6 +298,79 @@ def staleness_mask(versions:torch.Tensor,  # (B,) integer version of the weights
     if (lag < 0).any(): raise ValueError(f"`versions` holds {int(versions.max())}, newer than `current_version`={current_version}")
     # keep $v - u_i \le k$
     return lag <= max_staleness
+
+# %% ../nbs/16_offpolicy.ipynb #264776f3
+def m2po_mask(logp:torch.Tensor,  # (B, T) log pi of the sampled tokens under the learner
+              behav_logp:torch.Tensor,  # (B, T) log mu under the policy that sampled them
+              mask:torch.Tensor,  # (B, T) the tokens the loss sees
+              threshold:float=0.04,  # tau_M2: the largest mean (log pi - log mu)^2 of the kept tokens
+             ) -> tuple[torch.Tensor, dict]:  # (B, T) bool: the tokens kept; metrics
+    "M2PO's mask: remove the tokens of largest (log pi - log mu)^2 until the mean over the kept ones is <= `threshold` (at least one kept)."
+    check_shapes(logp, "logp", behav_logp=behav_logp, mask=mask)
+    if not threshold >= 0: raise ValueError(f"m2po_mask: `threshold` must be >= 0, got {threshold}")
+    m = mask.bool()
+    # $\hat M_{2,i} = (\log\pi_\theta(a_i) - \log\mu(a_i))^2$ on the loss's tokens
+    m2 = (logp.detach().float() - behav_logp.float()).pow(2)
+    vals = m2[m]
+    keep = m.clone()
+    n = vals.numel()
+    if n == 0: return keep, dict(m2po_masked=torch.tensor(0.0), m2po_m2=torch.tensor(0.0), m2po_m2_kept=torch.tensor(0.0))
+    srt, order = torch.sort(vals, descending=True)
+    # the mean of each suffix of the sorted values: the mean after removing the prefix before it
+    suffix_mean = srt.flip(0).cumsum(0).flip(0) / torch.arange(n, 0, -1, device=vals.device, dtype=vals.dtype)
+    ok = (suffix_mean <= threshold).nonzero()
+    k = int(ok[0]) if len(ok) else n - 1                         # tokens removed; one is always kept
+    flat = keep[m].clone(); flat[order[:k]] = False
+    keep[m] = flat
+    kept = vals[flat]
+    return keep, dict(m2po_masked=torch.tensor(k / n), m2po_m2=vals.mean(), m2po_m2_kept=kept.mean())
+
+# %% ../nbs/16_offpolicy.ipynb #91d2ac05
+DPPO_KINDS = ("binary_tv", "binary_kl")
+
+def dppo_mask(logp:torch.Tensor,  # (B, T) log pi of the sampled tokens under the learner
+              behav_logp:torch.Tensor,  # (B, T) log mu under the policy that sampled them
+              adv:torch.Tensor,  # (B,) or (B, T) advantages: the side of the trust region each token is held on
+              mask:torch.Tensor,  # (B, T) the tokens the loss sees
+              kind:str="binary_tv",  # "binary_tv": the move in probability; "binary_kl": KL(Bern(mu) || Bern(pi))
+              delta_low:float=0.2,  # the bound for tokens of negative advantage (binary_kl: 0.05 is the usual)
+              delta_high:float=0.2,  # the bound for tokens of positive advantage
+             ) -> torch.Tensor:  # (B, T) bool: the tokens kept
+    "DPPO's binary trust region: mask a token whose probability moved past the bound in the direction its advantage favours."
+    check_shapes(logp, "logp", behav_logp=behav_logp, mask=mask)
+    if kind not in DPPO_KINDS: raise ValueError(f"dppo_mask: `kind` must be one of {DPPO_KINDS}, got {kind!r}")
+    if not (delta_low >= 0 and delta_high >= 0): raise ValueError(f"dppo_mask: `delta_low` and `delta_high` must be >= 0, got {delta_low}, {delta_high}")
+    a = (adv[:, None] if adv.dim() == 1 else adv).expand_as(logp)
+    p, mu = logp.detach().float().exp(), behav_logp.float().exp()
+    if kind == "binary_tv":
+        # positive advantage: $\pi - \mu > \delta_{high}$; negative: $\pi - \mu < -\delta_{low}$
+        out = torch.where(a > 0, p - mu > delta_high, p - mu < -delta_low)
+    else:
+        e = 1e-12
+        # $D = \mu\log\frac{\mu}{\pi} + (1-\mu)\log\frac{1-\mu}{1-\pi}$, held on the side the advantage moves the token
+        d = mu * (torch.log(mu + e) - torch.log(p + e)) + (1 - mu) * (torch.log1p(-mu + e) - torch.log1p(-p + e))
+        out = torch.where(a > 0, (p > mu) & (d > delta_high), (p < mu) & (d > delta_low))
+    return mask.bool() & ~out
+
+def dppo_loss(logp:torch.Tensor,  # (B, T) log pi_theta of the sampled tokens (requires grad)
+              behav_logp:torch.Tensor,  # (B, T) log mu of the policy that sampled them
+              adv:torch.Tensor,  # (B,) or (B, T) advantages
+              mask:torch.Tensor,  # (B, T) loss mask
+              kind:str="binary_tv", delta_low:float=0.2, delta_high:float=0.2,
+              ratio_cap:float|None=None,  # C: the detached ratio is capped at C (truncated IS); None: no cap
+              agg:str="token-mean", max_tokens:int|None=None, global_tokens:float|None=None,
+             ) -> tuple[torch.Tensor, dict]:
+    "DPPO: REINFORCE weighted by the detached ratio pi / mu (capped at `ratio_cap`) on the tokens `dppo_mask` keeps; masked tokens stay in the divisor."
+    keep = dppo_mask(logp, behav_logp, adv, mask, kind, delta_low, delta_high)
+    a = adv[:, None] if adv.dim() == 1 else adv
+    r = torch.exp(logp.detach() - behav_logp)
+    w = r if ratio_cap is None else r.clamp(max=ratio_cap)
+    # $-A_t\,\mathrm{sg}(\min(r_t, C))\,\log\pi_\theta(a_t)$ on the kept tokens, written so that its value is $-A_t \min(r_t, C)$
+    per_tok = -a * w * torch.exp(logp - logp.detach()) * keep
+    loss = agg_loss(per_tok, mask, agg, max_tokens=max_tokens, global_tokens=global_tokens)
+    m = mask.bool()
+    with torch.no_grad(): metrics = dict(dppo_masked=((m & ~keep).float().sum() / m.float().sum().clamp(min=1)), ratio_mean=masked_mean(r, mask))
+    return loss, metrics
 
 # %% ../nbs/16_offpolicy.ipynb #9f568e89
 def kl_shaped_rewards(scores:torch.Tensor,  # (B,) outcome reward of each response

@@ -527,3 +527,21 @@ def test_a_plateau_is_reported_never_alarmed():
     assert f.status == "borderline" and f.numbers["first"] >= 0.1 and abs(f.numbers["second"]) <= 0.02
     for ctrl in sorted(v3.glob("ctrl-*")):
         assert not any(f.key == "plateau" for f in diagnose(ctrl).findings), ctrl.name
+
+
+def test_held_out_set_meets_the_targets():
+    "The held-out validation set (seeds 6-12, thresholds fixed before its runs; 42_doctor): >= 90% of the required labels found, <= 1 in 25 healthy runs alarmed."
+    from rl_notes.doctor import diagnose
+    v4 = ROOT / "nbs" / "examples" / "doctor_validation_v4"
+    required = {"collapse": {"entropy_collapse"}, "collapse-trl": {"entropy_collapse"}, "kl": {"kl_growth"}, "kl-trl": {"kl_growth"},
+                "blowup": {"entropy_runaway"}, "blowup-trl": {"entropy_runaway"}, "trunc": {"truncation"}, "trunc-trl": {"truncation"},
+                "hard": {"zero_std"}, "hard-trl": {"zero_std"}, "easy": {"zero_std", "grad_norm"}, "easy-trl": {"zero_std", "grad_norm"},
+                "gradnan-trl": {"grad_norm"}, "value": {"value_collapse"}, "hack": {"heldout_gap"}, "hack-trl": {"heldout_gap"}, "mismatch": {"mismatch"}}
+    hits = total = alarmed = healthy = 0
+    for d in sorted(v4.iterdir()):
+        row = d.name.rsplit("-s", 1)[0]
+        present = {f.key for f in diagnose(d).findings if f.status == "present"}
+        if row.startswith("ctrl"): healthy += 1; alarmed += bool(present)
+        else: total += len(required[row]); hits += len(required[row] & present)
+    assert healthy >= 25 and total >= 50
+    assert hits >= 0.9 * total and alarmed <= healthy / 25, (hits, total, alarmed, healthy)
