@@ -16,7 +16,7 @@ from .vapo import decoupled_gae
 from .family import (rloo_advantages, reinforce_pp_advantages, gspo_loss, cispo_loss, sapo_loss, vespo_loss, kl_cov_loss, nll_loss,
                              high_entropy_mask, clip_cov_mask, entropy_bonus, adapt_entropy_coef, gated_entropy_coef,
                              batch_mean_advantages, flash_reinforce_loss)
-from .offpolicy import gate, GATE_PRESETS, GATE_READS_ADV
+from .offpolicy import gate, GATE_PRESETS, GATE_READS_ADV, dppo_loss, m2po_mask
 
 
 # %% auto #0
@@ -24,9 +24,9 @@ __all__ = ['ADVANTAGE_ESTIMATORS', 'CRITIC_ESTIMATORS', 'GROUP_FREE_ESTIMATORS',
            'TOKEN_MODIFIERS', 'Batch', 'take', 'micro_parts', 'make_batch', 'register_adv_est', 'register_policy_loss',
            'adv_group', 'adv_group_mean', 'adv_group_batch', 'adv_gae', 'adv_correct', 'adv_rloo', 'adv_reinforce_pp',
            'adv_none', 'adv_batch_mean', 'estimate_advantages', 'loss_clip', 'loss_nll', 'loss_gspo', 'loss_cispo',
-           'loss_sapo', 'loss_vespo', 'loss_kl_cov', 'loss_flash_reinforce', 'loss_logs', 'Tokens', 'algo_gates',
-           'mod_tis', 'mod_rs', 'mod_opsm', 'mod_gate', 'mod_entropy', 'mod_clip_cov', 'modify_tokens', 'micro_share',
-           'EntropyBonus']
+           'loss_sapo', 'loss_vespo', 'loss_kl_cov', 'loss_dppo', 'loss_flash_reinforce', 'loss_logs', 'Tokens',
+           'algo_gates', 'mod_tis', 'mod_rs', 'mod_opsm', 'mod_gate', 'mod_entropy', 'mod_clip_cov', 'mod_m2po',
+           'modify_tokens', 'micro_share', 'EntropyBonus']
 
 # %% ../nbs/17_algo.ipynb #0f68edbe
 @dataclass
@@ -247,6 +247,12 @@ def loss_kl_cov(algo, logp, old_logp, ref_logp, adv, mask, max_tokens:int, globa
     return kl_cov_loss(logp, old_logp, adv, mask, kl_ratio=algo.kl_cov_ratio, beta=algo.kl_cov_coef, agg=algo.agg,
                        max_tokens=max_tokens, global_tokens=global_tokens, reduce=reduce)
 
+@register_policy_loss("dppo", logs=("dppo_masked",))
+def loss_dppo(algo, logp, old_logp, ref_logp, adv, mask, max_tokens:int, global_tokens:float|None, reduce=None):
+    "DPPO: REINFORCE weighted by the detached ratio on the tokens inside a binary trust region around the anchor (`rl_notes.offpolicy.dppo_loss`); clip_anchor='sampler' anchors it at mu, as the paper does."
+    return dppo_loss(logp, old_logp, adv, mask, kind=algo.dppo_kind, delta_low=algo.dppo_delta_low, delta_high=algo.dppo_delta_high,
+                     ratio_cap=algo.dppo_ratio_cap, agg=algo.agg, max_tokens=max_tokens, global_tokens=global_tokens)
+
 @register_policy_loss("flash_reinforce", logs=("acceptance_rate", "sequence_kl"))
 def loss_flash_reinforce(algo, logp, old_logp, ref_logp, adv, mask, max_tokens:int, global_tokens:float|None, reduce=None):
     "FlashREINFORCE: REINFORCE weighted by the detached, unclipped pi / mu on the responses whose mean binary KL is <= flash_delta (`rl_notes.family.flash_reinforce_loss`); `old_logp` is mu, the sampler's (`clip_anchor='sampler'`)."
@@ -330,9 +336,15 @@ def mod_clip_cov(algo, t:Tokens):
     return "keep", clip_cov_mask(t.logp, t.adv, t.mask, clip_ratio=algo.clip_cov_ratio, cov_lb=algo.clip_cov_lb, cov_ub=algo.clip_cov_ub,
                                  old_logp=t.old_logp, eps_low=algo.eps_low, eps_high=algo.eps_high, reduce=t.reduce)
 
+def mod_m2po(algo, t:Tokens):
+    "M2PO (`m2po_threshold`): the tokens of largest (log pi_old - log mu)^2 lose their gradient until the mean over the kept ones is within the budget (this process's minibatch)."
+    if algo.m2po_threshold is None or t.rollout_logp is None: return None
+    keep, m = m2po_mask(t.old_logp, t.rollout_logp, t.mask, algo.m2po_threshold)
+    return "keep", keep, m
+
 # name -> fn(algo, tokens) -> None (off), ("adv", (b, T) weights of the advantages, {metric: scalar}) or ("keep", (b, T) bool: the
 # tokens that keep their gradient); applied in this order, each seeing the advantages the earlier ones left
-TOKEN_MODIFIERS = {"tis": mod_tis, "rs": mod_rs, "opsm": mod_opsm, "gate": mod_gate, "entropy_mask": mod_entropy, "clip_cov": mod_clip_cov}
+TOKEN_MODIFIERS = {"tis": mod_tis, "rs": mod_rs, "opsm": mod_opsm, "gate": mod_gate, "m2po": mod_m2po, "entropy_mask": mod_entropy, "clip_cov": mod_clip_cov}
 
 def modify_tokens(algo, t:Tokens,
                   log:dict|None=None,  # filled with each gate's metrics as "<modifier>/<metric>" (e.g. "tis/truncated"), when given

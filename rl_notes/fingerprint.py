@@ -287,6 +287,9 @@ NOT_BEHAVIOUR = {  # fields no micro run needs to set, and why
        for f in ("entropy_coef", "use_adaptive_entropy", "entropy_coef_min", "entropy_coef_max", "entropy_coef_delta", "entropy_target")},
     "flash_delta": "the admission bound of the flash_reinforce loss, which no micro run uses (`_UNRUN_PRESETS`): checked against the reference "
                    "implementation's `flashreinforce_loss` in tests/test_family_flash_reinforce.py; a micro run of it would change the rl key",
+    **{f: "the stale-data corrections of `16_offpolicy` (DPPO's binary trust region, M2PO's second-moment mask), checked against the paper's "
+          "rule and the peers' formulas in tests/test_offpolicy_stale.py and trained in tests/test_trainer_stale.py; a micro run would change the rl key"
+       for f in ("dppo_kind", "dppo_delta_low", "dppo_delta_high", "dppo_ratio_cap", "m2po_threshold")},
 }
 UNCOVERED_TASKS = {"math": "needs a local data file (`data_files`) and a chat template the micro tokenizer lacks"}
 

@@ -73,7 +73,7 @@ NOT_METRICS = {"step", "epoch", "algo", "phase", "vp_step", "elapsed_seconds"}  
 KNOWN_UNUSED = {  # source -> its names that no check needs (reported as `unused`, apart from the unknown `unmapped` ones)
     "rl_notes": re.compile(r"^(score|parsed|adv_abs|time_\w+|gen_rounds|filler_frac|kept_frac|value_loss|value_grad_norm|ratio_mean|"
                            r"resp_len_max|heldout_(len|parsed|trunc|sample_acc|sample_reward)|lm_loss|rewards/.+|frac_reward_ge1|micro_batches|reward_std|frac_reward_zero_std|"
-                           r"mismatch/.+|(tis|rs|opsm|gate)/.+|distill/.+|kl_beta|kl_sample|kl_reward|ref_reset|entropy_coef|entropy_bonus|completions/(mean_length|clipped_ratio)|clip_ratio/.+|kl)$"),   # TRL's names: copies
+                           r"mismatch/.+|(tis|rs|opsm|gate|m2po|dppo)/.+|distill/.+|kl_beta|kl_sample|kl_reward|ref_reset|entropy_coef|entropy_bonus|completions/(mean_length|clipped_ratio)|clip_ratio/.+|kl)$"),   # TRL's names: copies
     "trl": re.compile(r"^(clip_ratio/(high_max|low_min)|completions/(min|max)_(terminated_)?length|num_tokens|step_time|total_flos|"
                       r"train_(runtime|loss|samples_per_second|steps_per_second)|rewards/.+/(mean|std)|eval_.+|policy_loss|aux_loss|"
                       r"entropy_coef|cispo_clip_ratio|sampling/.+|tools/.+)$"),

@@ -104,6 +104,11 @@ class Algo:
     entropy_coef_delta: float = _f(0.005, ge=0)  # its step per optimizer step
     entropy_target: float = _f(0.2, ge=0)  # the entropy it holds, nats per token over the tokens the bonus acts on (TRL's default 0.2 engages only near a collapse: set it near the entropy early in training)
     flash_delta: float = _f(3e-3, ge=0, allow_inf=True)  # FlashREINFORCE (loss="flash_reinforce"): admit a response when the mean over its tokens of KL(Bern(mu(y_t)) || Bern(pi(y_t))) is <= flash_delta (TRL's FlashREINFORCEConfig.delta); inf: admit every response
+    dppo_kind: str = _f("binary_tv", choices=("binary_tv", "binary_kl"))  # DPPO (loss="dppo"): the trust region's measure, the move in probability or KL(Bern(mu) || Bern(pi)) (`rl_notes.offpolicy.dppo_mask`)
+    dppo_delta_low: float = _f(0.2, ge=0)  # DPPO: the bound for tokens of negative advantage (prime-rl's dppo_mask_low; binary_kl: 0.05 is the usual)
+    dppo_delta_high: float = _f(0.2, ge=0)  # DPPO: the bound for tokens of positive advantage
+    dppo_ratio_cap: float|None = _f(None, gt=0)  # DPPO: cap C of the detached ratio pi / anchor; None: no cap
+    m2po_threshold: float|None = _f(None, ge=0)  # M2PO: remove the tokens of largest (log pi_old - log mu)^2 until their mean is <= this (0.04 in the paper); None: off
 
     def __post_init__(self):
         validate_config(self)
@@ -254,7 +259,7 @@ KEY_LATE = {"logprob_path": "auto", "lr_scheduler_type": "constant", "warmup_rat
             "algo.vespo_k_neg": 3.0, "algo.vespo_lambda_neg": 2.0,
             "algo.gate": None, "algo.gate_low": None, "algo.gate_high": None, "teacher": None, "distill_coef": 1.0,
             "algo.entropy_coef": 0.0, "algo.use_adaptive_entropy": False, "algo.entropy_coef_min": 0.0, "algo.entropy_coef_max": 1.0,
-            "algo.entropy_coef_delta": 0.005, "algo.entropy_target": 0.2, "algo.flash_delta": 3e-3, "doctor_every": None, "doctor_stop": False, "mixed_precision": None,
+            "algo.entropy_coef_delta": 0.005, "algo.entropy_target": 0.2, "algo.flash_delta": 3e-3, "algo.dppo_kind": "binary_tv", "algo.dppo_delta_low": 0.2, "algo.dppo_delta_high": 0.2, "algo.dppo_ratio_cap": None, "algo.m2po_threshold": None, "doctor_every": None, "doctor_stop": False, "mixed_precision": None,
             "top_p": 1.0, "top_k": 0, "min_p": 0.0, "renormalise_support": True, "min_lr_rate": 0.0}
 _ABSENT = object()
 
