@@ -458,6 +458,8 @@ def test_degenerate_responses_named_in_both_engines_committed_runs():
         f = next((f for f in r.findings if f.key == "degenerate"), None)
         assert r.source == source and f is not None and f.status == "present", (run, [(x.key, x.status) for x in r.findings])
         assert f.title == "empty responses" and f.numbers["late"] >= 0.9 and "empty_frac" in f.metrics
+    f = next(f for f in diagnose(DEGENERATE / "rl_notes-verbosity").findings if f.key == "degenerate")   # a reward for length at temperature 0.3
+    assert f.status == "present" and f.title == "responses ending in a loop" and max(f.numbers["early"], f.numbers["late"]) >= 0.2
 
 
 def test_trl_completion_files_become_rates(tmp_path):

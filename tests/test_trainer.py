@@ -152,7 +152,7 @@ def test_every_field_is_type_checked(kw, msg):
     (dict(dual_clip=1.0), "Algo.dual_clip must be a finite float > 1 or None, got 1.0"),
     (dict(lam_critic=1.5), "Algo.lam_critic must be a finite float >= 0 and <= 1, got 1.5"),
     (dict(kl="k4"), "Algo.kl must be one of 'k1', 'k2', 'k3', got 'k4'"),
-    (dict(loss="ppo2"), "Algo.loss must be one of 'clip', 'nll', 'gspo', 'cispo', 'sapo', 'vespo', 'kl_cov', 'flash_reinforce', got 'ppo2'"),
+    (dict(loss="ppo2"), "Algo.loss must be one of 'clip', 'nll', 'gspo', 'cispo', 'sapo', 'vespo', 'kl_cov', 'dppo', 'flash_reinforce', got 'ppo2'"),
 ])
 def test_every_algo_field_is_type_checked(kw, msg):
     with pytest.raises(ConfigError) as e: get_algo("grpo", **kw)

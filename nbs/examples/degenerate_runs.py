@@ -1,16 +1,21 @@
-"""Two runs whose samples degenerate into empty answers, for the doctor's `degenerate` check (`42_doctor`): rl_notes' trainer
-and TRL's GRPOTrainer (with `log_completions=True`), each on the micro addition model with a reward that pays for brevity.
+"""Runs whose samples degenerate, for the doctor's `degenerate` check (`42_doctor`): into empty answers in rl_notes' trainer
+and in TRL's GRPOTrainer (with `log_completions=True`), each on the micro addition model with a reward that pays for
+brevity; and into loops in rl_notes' trainer, with a reward that pays for length and a sampling temperature of 0.3.
 
     python nbs/examples/degenerate_runs.py OUT_DIR     # about a minute on one CPU core
 
-writes OUT_DIR/rl_notes-brevity/ (metrics.jsonl, config.json) and OUT_DIR/trl-brevity/ (trainer_state.json,
-completions/completions_<step>.parquet)."""
+writes OUT_DIR/rl_notes-brevity/ and OUT_DIR/rl_notes-verbosity/ (metrics.jsonl, config.json) and OUT_DIR/trl-brevity/
+(trainer_state.json, completions/completions_<step>.parquet)."""
 import sys, json, shutil
 from pathlib import Path
 
 def brevity(completions, **kw):
     "Pays for short answers: 1 for an empty one, 0 from 8 characters on."
     return [1.0 - min(len(c if isinstance(c, str) else c[-1]["content"]), 8) / 8 for c in completions]
+
+def verbosity(completions, **kw):
+    "Pays for long answers: the share of a 24-character budget used."
+    return [min(len(c), 24) / 24 for c in completions]
 
 def main(out:Path):
     import torch
@@ -28,6 +33,9 @@ def main(out:Path):
                       n_train=500, n_eval=0, progress=False, lr=3e-3, seed=0, reward=[f"{out / 'rewards.py'}:brevity"],
                       out_dir=str(out / "rl_notes-brevity"), overwrite=True)
     train(cfg)
+    train(TrainConfig(model=str(micro), task="addition", task_kw=task_kw, algo="grpo", steps=40, n_prompts=8, group_size=8, max_new_tokens=24,
+                      n_train=500, n_eval=0, progress=False, lr=1e-2, seed=0, temperature=0.3, reward=[f"{out / 'rewards.py'}:verbosity"],
+                      out_dir=str(out / "rl_notes-verbosity"), overwrite=True))
     from transformers.utils import logging as hf_logging; hf_logging.set_verbosity_error()
     from trl import GRPOConfig, GRPOTrainer
     ds = get_task("addition", **task_kw).dataset(8 * 30, seed=0, split="train").select_columns(["prompt"])
