@@ -15,7 +15,7 @@ from .grpo import group_advantages, grpo_loss
 from .vapo import decoupled_gae
 from .family import (rloo_advantages, reinforce_pp_advantages, gspo_loss, cispo_loss, sapo_loss, vespo_loss, kl_cov_loss, nll_loss,
                              high_entropy_mask, clip_cov_mask, entropy_bonus, adapt_entropy_coef, gated_entropy_coef,
-                             batch_mean_advantages, flash_reinforce_loss)
+                             batch_mean_advantages, flash_reinforce_loss, gdpo_advantages)
 from .offpolicy import gate, GATE_PRESETS, GATE_READS_ADV, dppo_loss, m2po_mask
 
 
@@ -23,10 +23,10 @@ from .offpolicy import gate, GATE_PRESETS, GATE_READS_ADV, dppo_loss, m2po_mask
 __all__ = ['ADVANTAGE_ESTIMATORS', 'CRITIC_ESTIMATORS', 'GROUP_FREE_ESTIMATORS', 'POLICY_LOSSES', 'LOSS_LOGS', 'RS_LEVELS_GATE',
            'TOKEN_MODIFIERS', 'Batch', 'take', 'micro_parts', 'make_batch', 'register_adv_est', 'register_policy_loss',
            'adv_group', 'adv_group_mean', 'adv_group_batch', 'adv_gae', 'adv_correct', 'adv_rloo', 'adv_reinforce_pp',
-           'adv_none', 'adv_batch_mean', 'estimate_advantages', 'loss_clip', 'loss_nll', 'loss_gspo', 'loss_cispo',
-           'loss_sapo', 'loss_vespo', 'loss_kl_cov', 'loss_dppo', 'loss_flash_reinforce', 'loss_logs', 'Tokens',
-           'algo_gates', 'mod_tis', 'mod_rs', 'mod_opsm', 'mod_gate', 'mod_entropy', 'mod_clip_cov', 'mod_m2po',
-           'modify_tokens', 'micro_share', 'EntropyBonus']
+           'adv_none', 'adv_gdpo', 'adv_batch_mean', 'estimate_advantages', 'loss_clip', 'loss_nll', 'loss_gspo',
+           'loss_cispo', 'loss_sapo', 'loss_vespo', 'loss_kl_cov', 'loss_dppo', 'loss_flash_reinforce', 'loss_logs',
+           'Tokens', 'algo_gates', 'mod_tis', 'mod_rs', 'mod_opsm', 'mod_gate', 'mod_entropy', 'mod_clip_cov',
+           'mod_m2po', 'modify_tokens', 'micro_share', 'EntropyBonus']
 
 # %% ../nbs/17_algo.ipynb #0f68edbe
 @dataclass
@@ -45,6 +45,8 @@ class Batch:
     ref_logp: torch.Tensor|None = None  # (B, T) log-probs under the reference, when the reward needs them (`Algo.kl_in_reward`)
     kl_reward: torch.Tensor|None = None  # (B, T) -beta times the KL estimate per token, when the KL is in the reward
     distill_adv: torch.Tensor|None = None  # (B, T) the teacher's per-token advantage -distill_coef k1, when a teacher scored the batch (`rl_notes.distill`)
+    rewards_per_func: torch.Tensor|None = None  # (B, K) each reward function's value (NaN: None), for estimators that read them apart (`gdpo`)
+    reward_weights: list|None = None  # the K functions' weights
 
     def rows(self, idx,
              trim:bool=False,  # also cut the response positions after the longest response of these rows (padding only)
@@ -53,7 +55,7 @@ class Batch:
         W = max(int(self.mask[idx].sum(-1).max()), 1) if trim else None
         ro = self.ro.select(idx)
         return dataclasses.replace(self, ro=ro if W is None else ro.trim(W), **{k: take(getattr(self, k), idx, W) for k in
-                                   ("reward", "score", "correct", "mask", "loss_mask", "values", "adv", "returns", "ref_logp", "kl_reward", "distill_adv")})
+                                   ("reward", "score", "correct", "mask", "loss_mask", "values", "adv", "returns", "ref_logp", "kl_reward", "distill_adv", "rewards_per_func")})
 
 def take(x:torch.Tensor|None, idx, width:int|None=None) -> torch.Tensor|None:
     "Rows `idx` of a (B,) or (B, T) tensor (None stays None); a (B, T) one cut to its first `width` positions when `width` is given."
@@ -74,13 +76,16 @@ def make_batch(ro,  # sampled responses (an `rl_notes.rollout.Rollout`) (on the 
                score:torch.Tensor,  # (B,) shaped rewards
                device,  # the accelerator's device
                overlong_filter:bool=False,  # DAPO: drop truncated responses from the loss mask
+               per_func:dict|None=None,  # {function: (B,) values} of the reward functions (NaN: None), kept for estimators that read them apart
+               weights:list|None=None,  # their weights
               ) -> Batch:
     "The step's batch with every tensor on `device`: the one place where the CPU's scores meet the device's masks."
     ro = ro.to(device)
     mask = ro.response_mask.bool()
     loss_mask = overlong_filter_mask(ro.truncated, mask) if overlong_filter else mask
     reward, score = reward.to(device), score.to(device)
-    return Batch(ro, reward, score, reward >= 1.0, mask, loss_mask, ro.group_size)
+    rpf = torch.stack(list(per_func.values()), 1).to(device) if per_func else None
+    return Batch(ro, reward, score, reward >= 1.0, mask, loss_mask, ro.group_size, rewards_per_func=rpf, reward_weights=weights)
 
 # %% ../nbs/17_algo.ipynb #a1b2c3d4
 ADVANTAGE_ESTIMATORS = {}  # name -> fn(algo, batch, reduce) -> (advantages (B,) or (B, T), value targets (B, T) or None)
@@ -177,6 +182,14 @@ def adv_reinforce_pp(algo, batch:Batch, reduce=None):
 def adv_none(algo, batch:Batch, reduce=None):
     "No reward advantage, 0 for every response; with a teacher (`TrainConfig.teacher`) the run is pure on-policy distillation; (B,)."
     return torch.zeros_like(batch.score), None
+
+@register_adv_est("gdpo")
+def adv_gdpo(algo, batch:Batch,
+             reduce=None,  # sums a tensor over data-parallel processes (the batch statistics); None: this process
+            ):
+    "GDPO (TRL's multi_objective_aggregation='normalize_then_sum'): each reward function normalised within its group, the weighted sum over the batch; (B,)."
+    if batch.rewards_per_func is None: raise ValueError("Algo.adv='gdpo' reads each reward function's values; this batch carries none (rl_notes.algo.make_batch per_func)")
+    return gdpo_advantages(batch.rewards_per_func, batch.reward_weights, batch.group_size, reduce=reduce), None
 
 @register_adv_est("batch-mean", group_free=True)
 def adv_batch_mean(algo, batch:Batch,

@@ -159,7 +159,8 @@ TRL_NAMES = {  # GRPOConfig name -> `TrlName`
     "delta": TrlName("Algo", "dual_clip", note="TRL's two-sided clip caps the unclipped ratio at delta: the dual clip's loss and gradient when delta > 1 + epsilon_high"),
     "importance_sampling_level": TrlName("Algo", "loss", {"token": None, "sequence": "gspo"},
                                          note="sequence: one ratio per response, the mean of its token log-ratios (the `gspo` loss) with the preset's clip"),
-    "multi_objective_aggregation": TrlName(None, None, {"sum_then_normalize": None}, note="rl_notes sums the weighted rewards, then normalises (TRL's default)"),
+    "multi_objective_aggregation": TrlName("Algo", "adv", {"sum_then_normalize": None, "normalize_then_sum": "gdpo"},
+                                           note="sum_then_normalize: the estimator as set; normalize_then_sum: GDPO, each function normalised in its group (`gdpo`)"),
     "entropy_coef": TrlName("Algo", "entropy_coef", note="the loss gets -entropy_coef x the mean per-token entropy (a token mean whatever loss_type, as in TRL); "
                             "with --use-adaptive-entropy, the coefficient's start"),
     "use_adaptive_entropy": TrlName("Algo", "use_adaptive_entropy", note="Skywork-OR1's control: after each optimizer step the coefficient moves by "

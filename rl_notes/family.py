@@ -9,13 +9,13 @@ from typing import Callable
 import torch
 from .core import agg_loss, check_shapes, masked_mean, masked_sum, masked_whiten
 from .ppo import policy_ratio, clip_metrics
-from .grpo import group_advantages
+from .grpo import group_advantages, check_groups
 
 # %% auto #0
-__all__ = ['TIS_LEVELS', 'TIS_MODES', 'rloo_advantages', 'reinforce_pp_advantages', 'gspo_loss', 'cispo_loss', 'sapo_loss',
-           'vespo_loss', 'tis_weights', 'high_entropy_mask', 'accelerate_gather', 'clip_cov_mask', 'kl_cov_loss',
-           'entropy_bonus', 'adapt_entropy_coef', 'gated_entropy_coef', 'nll_loss', 'batch_mean_advantages',
-           'sampled_binary_kl', 'flash_reinforce_loss']
+__all__ = ['TIS_LEVELS', 'TIS_MODES', 'rloo_advantages', 'reinforce_pp_advantages', 'gdpo_advantages', 'gspo_loss', 'cispo_loss',
+           'sapo_loss', 'vespo_loss', 'tis_weights', 'high_entropy_mask', 'accelerate_gather', 'clip_cov_mask',
+           'kl_cov_loss', 'entropy_bonus', 'adapt_entropy_coef', 'gated_entropy_coef', 'nll_loss',
+           'batch_mean_advantages', 'sampled_binary_kl', 'flash_reinforce_loss']
 
 # %% ../nbs/15_family.ipynb #9c07ae4b
 def rloo_advantages(rewards:torch.Tensor,  # (B,) scalar reward per response, B = n_prompts * group_size, groups adjacent
@@ -43,6 +43,37 @@ def reinforce_pp_advantages(rewards:torch.Tensor,  # (B,) scalar reward per resp
     a = rewards.float() if group_size is None else group_advantages(rewards, group_size, scale="none")
     # $A^{\mathrm{norm}}_i = (A_i - \mu_{\mathrm{batch}}) / \sqrt{\sigma^2_{\mathrm{batch}} + \epsilon}$
     return masked_whiten(a, torch.ones_like(a, dtype=torch.bool), eps=eps, reduce=reduce)
+
+# %% ../nbs/15_family.ipynb #gdpo_code
+def gdpo_advantages(rewards:torch.Tensor,  # (B, K) each reward function's value per response (NaN: the function returned None), groups adjacent
+                    weights:torch.Tensor|list|None,  # (K,) the functions' weights; None: all 1
+                    group_size:int,  # G
+                    eps:float=1e-4,  # added to each standard deviation (TRL's 1e-4)
+                    reduce=None,  # reduce(t) -> elementwise sum over data-parallel processes (the batch statistics); None: this process
+                   ) -> torch.Tensor:  # (B,) advantages
+    "GDPO (TRL's normalize_then_sum): each reward function normalised within its group, the weighted sum normalised over the batch."
+    if not isinstance(rewards, torch.Tensor) or rewards.dim() != 2: raise ValueError(f"`rewards` must be a (B, K) tensor, got {getattr(rewards, 'shape', type(rewards))}")
+    B, K = rewards.shape
+    check_groups(B, group_size)
+    w = torch.ones(K) if weights is None else torch.as_tensor(weights, dtype=torch.float32)
+    if w.shape != (K,): raise ValueError(f"`weights` must have one weight per reward function ({K}), got {tuple(w.shape)}")
+    x = rewards.float().view(-1, group_size, K)
+    n = (~torch.isnan(x)).sum(1, keepdim=True)
+    mean = torch.nanmean(x, 1, keepdim=True)
+    # the group's std with Bessel's correction; NaN with fewer than two values, as TRL's nanstd
+    var = torch.nanmean((x - mean) ** 2, 1, keepdim=True) * n / (n - 1)
+    std = torch.where(n > 1, var, torch.full_like(var, float("nan"))).sqrt()
+    # $z_{i,k} = (r_{i,k} - \bar r_{g,k}) / (\sigma_{g,k} + \epsilon)$, then $s_i = \sum_k w_k z_{i,k}$ (NaN terms left out)
+    z = ((x - mean) / (std + eps)).view(B, K)
+    s = (z * w.to(z.device)).nansum(1)
+    scored = ~torch.isnan(rewards).all(1)
+    # $A_i = (s_i - \bar s) / (\sigma_s + \epsilon)$ over the scored responses of the (global) batch
+    stats = torch.stack([scored.double().sum(), (s.double() * scored).sum(), (s.double() ** 2 * scored).sum()])
+    if reduce is not None: stats = reduce(stats)
+    cnt, s1, s2 = stats
+    m = s1 / cnt.clamp(min=1)
+    sd = ((s2 - cnt * m * m) / (cnt - 1)).clamp(min=0).sqrt() if cnt > 1 else torch.tensor(0.0, dtype=torch.float64)
+    return torch.where(scored, (s - m.float()) / (sd.float() + eps), torch.zeros_like(s))
 
 # %% ../nbs/15_family.ipynb #06bba0e3
 def _check_eps(**eps):

@@ -119,6 +119,9 @@ class Algo:
         if self.loss == "flash_reinforce" and self.clip_anchor != "sampler":
             raise ValueError("Algo.loss='flash_reinforce' weighs each token by pi / mu, mu the policy that sampled: it needs clip_anchor='sampler' "
                              f"(the sampler's own log-probs as old_logp), got {self.clip_anchor!r}")
+        if self.adv == "gdpo" and self.soft_overlong:
+            raise ValueError("Algo.adv='gdpo' normalises each reward function apart; the soft overlong punishment adds to their sum, which it does not read: "
+                             "turn soft_overlong off, or use overlong_filter")
         if self.loss == "flash_reinforce" and self.beta > 0: raise ValueError(f"Algo.loss='flash_reinforce' has no KL term: beta must be 0, got {self.beta:g}")
         fix = [k for k in ("tis", "rs", "opsm_delta", "gate") if getattr(self, k) is not None]
         if fix and self.clip_anchor == "sampler":

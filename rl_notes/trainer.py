@@ -90,7 +90,7 @@ def collect(run:Run, step:int, mt:Meter) -> Batch:
     _rollout_metrics(run, first, keep, mt)
     mt.add("gen_rounds", rounds, 1); mt.add("time_gen", clock["gen"], 1); mt.add("time_reward", clock["reward"], 1)
     mt.add("filler_frac", fillers / need, 1)
-    return make_batch(got["ro"], got["reward"], got["score"], run.device, algo.overlong_filter)
+    return make_batch(got["ro"], got["reward"], got["score"], run.device, algo.overlong_filter, per_func=got["per_func"], weights=run.rewards.weights)
 
 # %% ../nbs/33_trainer.ipynb #dc412178
 def _reward_stats(run:Run, reward:torch.Tensor, per_func:dict, n:float, mt:Meter):

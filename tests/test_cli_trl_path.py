@@ -145,8 +145,8 @@ def test_trl_names_and_unknown_fields():
     with pytest.raises(ValueError, match=r"unknown Algo field\(s\) \['epsilonn'\]; valid: name, adv.*also TRL's names: beta, epsilon"):
         get_algo("grpo", epsilonn=0.2)
     assert (trl_config(model="m", top_p=0.9).top_p, trl_config(model="m", top_k=5).top_k) == (0.9, 5)   # truncated sampling, renormalised
-    with pytest.raises(ValueError, match="multi_objective_aggregation='normalize_then_sum'"):
-        trl_config(model="m", multi_objective_aggregation="normalize_then_sum")
+    assert trl_config(model="m", multi_objective_aggregation="normalize_then_sum").algo.adv == "gdpo"        # GDPO, TRL's semantics (tests/test_family_gdpo.py)
+    assert trl_config(model="m", multi_objective_aggregation="sum_then_normalize").algo.adv == "group"
 
 
 def test_wandb_reporter_offline(tmp_path, micro_sft, monkeypatch):
