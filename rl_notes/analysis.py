@@ -325,6 +325,7 @@ VERDICT_META = {
     **{k: VerdictMeta("pre-registered", +1, "IPO vs the stale-sampler corrections") for k in ("IPO-stale", "IPO-IcePop", "IPO-opsm", "IPO-coupled")},
     **{k: VerdictMeta("pre-registered", +1, "entropy target vs the D1 arms") for k in ("ET-adaptive", "ET-vs-CH", "ET-fixed")},
     "FlashREINFORCE": VerdictMeta("pre-registered", +1, "FlashREINFORCE vs GRPO (D3)"),
+    "GDPO-scale": VerdictMeta("declared after GDPO-mix", +1, "GDPO vs sum then normalise (D3, two rewards)"),
     # across independently trained starts (58_across_starts): declared before their runs, K sized from the first 3 starts, which count
     "OS1-starts": VerdictMeta("pre-registered; pilot seeds included", -1, "OS1 across starts", "starts", sesoi=0.02),
     **{k: VerdictMeta("pre-registered; pilot seeds included", +1, "stale-sampler corrections vs stale, across starts", "starts", sesoi=0.02)
