@@ -124,7 +124,7 @@ def load_models(cfg:TrainConfig, acc, inputs:Inputs|None=None) -> dict:
     # under LoRA the reference is the same model with its adapters disabled (`_old_ref_logp`), not a copy
     ref = copy.deepcopy(policy).eval().requires_grad_(False) if cfg.algo.beta > 0 and not cfg.lora_r else None
     critic = None if not cfg.algo.uses_critic else (value_model_from_policy(policy) if inputs.critic_init is None else
-                                                    value_model_from_reward_model(load_reward_model(inputs.critic_init, policy))).to(acc.device)
+                                                    value_model_from_reward_model(load_reward_model(str(inputs.critic_init), policy))).to(acc.device)
     if cfg.lora_r:
         policy = apply_lora(policy, r=cfg.lora_r, alpha=cfg.lora_alpha, dropout=cfg.lora_dropout, target_modules=cfg.lora_target_modules)
     if cfg.gradient_checkpointing:
