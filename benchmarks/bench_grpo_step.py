@@ -23,10 +23,10 @@ def ours(model_dir, task_kw, a, tmp):
     rows = train(TrainConfig(model=model_dir, algo=get_algo("grpo", beta=0.0), task_kw=task_kw, steps=a.warmup + a.steps,
                              n_prompts=a.n_prompts, group_size=a.G, max_new_tokens=a.max_new_tokens, lr=1e-4, n_eval=0,
                              n_train=2000, out_dir=os.path.join(tmp, "ours"), progress=False, seed=0,
-                             # opt-in: length-sorted micro-batches, each cut to its own longest response (`trim_micro_batches`)
-                             **(dict(micro_batch_size=a.trim, trim_micro_batches=True) if getattr(a, "trim", None) else {}),
-                             compact_generation=bool(getattr(a, "compact", False)),   # opt-in: finished rows leave the sampler's batch
-                             share_prompt=bool(getattr(a, "share", False))))          # opt-in: each distinct prompt once in the log-prob pass
+                             # micro-batches of `trim` rows, length-sorted and cut to their longest response (the default with micro-batches)
+                             **(dict(micro_batch_size=a.trim) if getattr(a, "trim", None) else {}),
+                             # the speed levers are on by default; `compact` / `share` False turn them off (the path before they were)
+                             **{k: bool(v) for k, v in (("compact_generation", getattr(a, "compact", None)), ("share_prompt", getattr(a, "share", None))) if v is not None}))
     rows = [r for r in rows if r["step"] > a.warmup]
     B = a.n_prompts * a.G
     return dict(step=[r["time_step"] for r in rows], gen=[r["time_gen"] for r in rows],
@@ -73,10 +73,10 @@ def main():
     p.add_argument("--sft-steps", type=int, default=300, help="SFT steps of the shared starting model (cached)")
     p.add_argument("--stat", default="median", choices=("median", "min"), help="median, or min (best case; robust on a busy machine)")
     p.add_argument("--model", default=None, help="use this checkpoint instead of the cached SFT model")
-    p.add_argument("--trim", type=int, default=None, help="rl_notes side: micro-batches of this many rows, sorted by length and trimmed (trim_micro_batches)")
-    p.add_argument("--share", action="store_true", help="rl_notes side: the log-prob pass runs each distinct prompt once (share_prompt)")
-    p.add_argument("--compact", action="store_true", help="rl_notes side: compacted generation (finished rows leave the sampler's batch: compact_generation)")
+    p.add_argument("--trim", type=int, default=None, help="rl_notes side: micro-batches of this many rows, sorted by length and trimmed (trim_micro_batches, on by default)")
+    p.add_argument("--levers-off", action="store_true", help="rl_notes side: without the default speed levers (compact_generation and share_prompt False)")
     a = p.parse_args()
+    a.compact = a.share = (False if a.levers_off else None)
     torch.set_num_threads(a.threads)
     from rl_notes.lab import sft_warm_start, SFTConfig
     from rl_notes.tasks import get_task

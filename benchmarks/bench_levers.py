@@ -1,8 +1,9 @@
-"""The GRPO step's opt-in speed levers against TRL's GRPOTrainer, at the two character-model sizes of bench_real.py.
+"""The GRPO step's speed levers against TRL's GRPOTrainer, at the two character-model sizes of bench_real.py.
 
-Per size and repeat, in one process: rl_notes' step as is, with compacted generation (`compact_generation`: finished rows
-leave the sampler's batch), with the shared prompt too (`share_prompt`: each distinct prompt once in the log-prob pass),
-with those and sorted, trimmed micro-batches (`trim_micro_batches`), and TRL's step (bench_grpo_step.py's set-up: same
+Per size and repeat, in one process: rl_notes' step with the levers off (the path before they were the default), with
+compacted generation only (`compact_generation`: finished rows leave the sampler's batch), with the defaults (compaction
+and the shared prompt, `share_prompt`: each distinct prompt once in the log-prob pass), with the defaults in sorted,
+trimmed micro-batches (`micro_batch_size`, `trim_micro_batches`), and TRL's step (bench_grpo_step.py's set-up: same
 model, 16 prompts x 8, beta 0). Prints the median step and generation time of each and the ratio TRL / rl_notes (> 1:
 rl_notes faster). The levers compute the same step up to float order.
 
@@ -25,8 +26,8 @@ def main():
     import bench_grpo_step as bg
     from bench_real import char_model, cpu_name
     from rl_notes.tasks import get_task
-    arms = {"as is": {}, "compact": dict(compact=True), "compact + shared prompt": dict(compact=True, share=True),
-            f"compact + shared + trim {a.trim}": dict(compact=True, share=True, trim=a.trim), "TRL": None}
+    arms = {"levers off": dict(compact=False, share=False), "compact only": dict(compact=True, share=False),
+            "default (compact + shared prompt)": {}, f"default, micro-batches of {a.trim} trimmed": dict(trim=a.trim), "TRL": None}
     ratios = {}                                                     # (T, arm) -> TRL / rl_notes per run
     for scratchpad, T in ((False, 6), (True, 42)):
         d, kw = char_model(scratchpad=scratchpad)
@@ -47,7 +48,7 @@ def main():
     print(f"Hardware: {cpu_name()} ({os.cpu_count()} cores); torch {torch.__version__}, transformers {transformers.__version__}, TRL {trl.__version__}; "
           f"1 thread; median of {a.steps} steps after {a.warmup} warm-up, {a.repeats} runs per size")
     for T in (6, 42):
-        print(f"RESULT one GRPO step with the opt-in levers vs TRL's `GRPOTrainer`, char Llama at {T} new tokens ({a.repeats} runs) | "
+        print(f"RESULT one GRPO step with the speed levers vs TRL's `GRPOTrainer`, char Llama at {T} new tokens ({a.repeats} runs) | "
               + "; ".join(f"{k} {min(v):.2f}x-{max(v):.2f}x ({sum(x >= 1.5 for x in v)}/{len(v)} >= 1.5x)" for (t, k), v in ratios.items() if t == T))
 
 if __name__ == "__main__":

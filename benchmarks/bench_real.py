@@ -74,10 +74,11 @@ def bench_generation(model_dir, prompts, G, T, repeats):
     return {k: (statistics.median(v), toks[k]) for k, v in times.items()}, n_params
 
 # ---------------------------------------------------------------- GRPO step
-def bench_step(model_dir, task_kw, n_prompts, G, T, steps, warmup, threads, tmp, trim=None, compact=False):
+def bench_step(model_dir, task_kw, n_prompts, G, T, steps, warmup, threads, tmp, trim=None, levers_off=False):
     import bench_grpo_step as bg
     from rl_notes.tasks import get_task
-    a = SimpleNamespace(steps=steps, warmup=warmup, n_prompts=n_prompts, G=G, max_new_tokens=T, threads=threads, trim=trim, compact=compact)
+    a = SimpleNamespace(steps=steps, warmup=warmup, n_prompts=n_prompts, G=G, max_new_tokens=T, threads=threads, trim=trim,
+                        compact=False if levers_off else None, share=False if levers_off else None)
     tmp = tempfile.mkdtemp(dir=tmp)
     with open(os.devnull, "w") as null, contextlib.redirect_stdout(null):   # TRL prints its logs
         res = {"rl_notes": bg.ours(model_dir, task_kw, a, tmp), "TRL": bg.trl(model_dir, get_task("addition", **task_kw), a, tmp)}
@@ -119,7 +120,7 @@ def main():
     ap.add_argument("--steps", type=int, default=3); ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--skip-step", action="store_true", help="generation and memory only")
     ap.add_argument("--trim", type=int, default=None, help="rl_notes' GRPO step in micro-batches of this many rows, sorted by length and trimmed (trim_micro_batches)")
-    ap.add_argument("--compact", action="store_true", help="rl_notes' GRPO step with compacted generation (finished rows leave the sampler's batch: compact_generation)")
+    ap.add_argument("--levers-off", action="store_true", help="rl_notes' GRPO step without its default speed levers (compact_generation and share_prompt False)")
     ap.add_argument("--lora-child", nargs=3, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.lora_child: return _lora_child(a.lora_child[0], int(a.lora_child[1]), a.lora_child[2])
@@ -143,13 +144,13 @@ def main():
             prompts = list(get_task("addition", **kw).dataset(n, seed=0)["prompt"])
             if chat: prompts = [[{"role": "user", "content": f"What is {p[:-1]}?"}] for p in prompts]
             gen, n_params = bench_generation(d, prompts, G, T, a.repeats)
-            step = None if a.skip_step else bench_step(d, kw, n, G, T, a.steps, a.warmup, a.threads, tmp, a.trim, a.compact)
+            step = None if a.skip_step else bench_step(d, kw, n, G, T, a.steps, a.warmup, a.threads, tmp, a.trim, a.levers_off)
             rows.append((f"{name} ({n_params / 1e6:.2f}M params)", n, G, T, gen, step))
             print(f"# done: {name} ({time.time() - t_start:.0f} s)", file=sys.stderr, flush=True)
         lora = bench_lora(qwen, tmp)
     print(f"Hardware: {cpu_name()} ({os.cpu_count()} cores); torch {torch.__version__}, transformers {transformers.__version__}, "
           f"TRL {trl.__version__}; {a.threads} thread(s). Generation: median process CPU time of {a.repeats} interleaved repeats; "
-          f"GRPO step: median wall time of {a.steps} steps after {a.warmup} warm-up" + (f", rl_notes in trimmed micro-batches of {a.trim}" if a.trim else "") + (", rl_notes with compacted generation" if a.compact else "") + ". Ratio = their time / rl_notes' time (>1: rl_notes faster).")
+          f"GRPO step: median wall time of {a.steps} steps after {a.warmup} warm-up" + (f", rl_notes in trimmed micro-batches of {a.trim}" if a.trim else "") + (", rl_notes with its speed levers off" if a.levers_off else ", rl_notes with its default speed levers (compacted generation, the shared prompt pass)") + ". Ratio = their time / rl_notes' time (>1: rl_notes faster).")
     print()
     print("| size | prompts x G | rl_notes generate (ms) | HF generate + decode + logp pass (ms) | ratio | HF model.generate alone (ms) | ratio | rl_notes GRPO step (ms) | TRL GRPOTrainer step (ms) | ratio |")
     print("|---|---|---|---|---|---|---|---|---|---|")

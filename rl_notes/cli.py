@@ -149,14 +149,15 @@ FIELD_GROUP = {  # config field -> --help section (TrainConfig and SFTConfig; a 
                      "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "save_adapter", "n_train", "model_cfg", "chars"), "model and data"),
     **dict.fromkeys(("algo", "group_size", "ppo_epochs", "n_minibatches", "distill_coef"), "algorithm"),
     **dict.fromkeys(("max_new_tokens", "temperature", "top_p", "top_k", "min_p", "renormalise_support", "sampler_dtype", "sampler_lag",
-                     "sampler_temperature"), "generation"),
+                     "sampler_temperature", "async_generation"), "generation"),
     **dict.fromkeys(("steps", "n_prompts", "lr", "critic_lr", "weight_decay", "max_grad_norm", "warmup_steps", "lr_scheduler_type", "min_lr_rate", "warmup_ratio", "seed", "threads", "micro_batch_size", "trim_micro_batches", "compact_generation", "share_prompt", "logprob_path",
                      "shard_rollouts", "batch_size", "warmup"), "optimisation"),
     **dict.fromkeys(("n_eval", "eval_every", "save_every", "save_total_limit", "out_dir", "resume", "overwrite", "accept_changed", "stop_at", "report_to", "progress",
                      "doctor_every", "doctor_stop", "eval_n", "target_accuracy", "val_n"), "evaluation and logging"),
 }
 # option names older than the generated ones, and TRL's name of `teacher` (its DistillationConfig's and GKDConfig's; `TRL_NAMES` is GRPOConfig's)
-ALIASES = {"out_dir": ("--out",), "progress": ("--quiet",), "shard_rollouts": ("--no-shard",), "teacher": ("--teacher-model-name-or-path",)}
+ALIASES = {"out_dir": ("--out",), "progress": ("--quiet",), "shard_rollouts": ("--no-shard",), "teacher": ("--teacher-model-name-or-path",),
+           "sampler_lag": ("--max-staleness",)}   # TRL's AsyncGRPOConfig name of the lag
 TRAIN_HAND = {"model", "algo", "task", "task_kw", "dataset", "reward", "reward_weights"}  # `rl_notes train` writes these options itself
 SFT_HAND = {"model_cfg", "chars"}  # --model-arg KEY=VALUE; the tokenizer's characters are no command-line setting
 _SCALARS = {"int": int, "float": float, "str": str}

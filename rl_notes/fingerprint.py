@@ -36,7 +36,8 @@ TASK_KW = {  # the tasks the experiments train on, at micro size
 }
 # two steps of 4 prompts x 4; two epochs of two minibatches, so that the later minibatches are off-policy and the clip acts
 MICRO_RUN = dict(steps=2, n_prompts=4, group_size=4, max_new_tokens=6, lr=1e-2, ppo_epochs=2, n_minibatches=2, n_train=16, n_eval=4,
-                 eval_every=2, progress=False, threads=1)
+                 eval_every=2, progress=False, threads=1,
+                 compact_generation=False, share_prompt=False, trim_micro_batches=False)   # the path the keys were first measured on (the levers are run control)
 
 # %% ../nbs/36_fingerprint.ipynb #f67d5fc1
 def _digest(tensors:dict) -> str:

@@ -22,14 +22,17 @@ from .cache import cache_dir, content_sha256
 from .configs import open_append
 
 # %% auto #0
-__all__ = ['LAB_LOCK', 'LAB_BUSY', 'SFT_STATE', 'designs', 'start_hash', 'run_starts', 'lab_code', 'lab_key', 'lab_done',
-           'lab_job', 'lab_population_job', 'lab_paths', 'lab_runs', 'sft_key', 'sft_cache_path', 'sft_warm_start',
-           'lab_policy', 'lab_eval', 'lab_rekey', 'lab_dir', 'arm_cfgs', 'lab_pass1', 'upper_clip_log',
-           'same_batch_updates', 'final_values', 'Design']
+__all__ = ['LAB_LOCK', 'LAB_BUSY', 'LAB_PATH', 'SFT_STATE', 'designs', 'start_hash', 'run_starts', 'lab_code', 'lab_key',
+           'lab_done', 'lab_job', 'lab_population_job', 'lab_paths', 'lab_runs', 'sft_key', 'sft_cache_path',
+           'sft_warm_start', 'lab_policy', 'lab_eval', 'lab_rekey', 'lab_dir', 'arm_cfgs', 'lab_pass1',
+           'upper_clip_log', 'same_batch_updates', 'final_values', 'Design']
 
 # %% ../nbs/37_lab.ipynb #7beb11b5
 LAB_LOCK = ".lab.lock"  # the lock `lab_job` holds on a run directory while it works there
 LAB_BUSY = 75  # exit status of a `lab_job` that found its run held by another live process
+# The sampler and log-prob path every cached lab run was made with. The speed levers are run control (the same step to float
+# order, so not in the key), but float order can flip a draw: the lab keeps its runs reproducible by training on this path.
+LAB_PATH = dict(compact_generation=False, share_prompt=False, trim_micro_batches=False)
 
 def start_hash(path) -> str|None:
     "A start's identity: sha256 of the weights (`*.safetensors`) of a checkpoint directory, by file name; None when `path` is no directory (a hub id is keyed by its id)."
@@ -76,6 +79,7 @@ def lab_done(out:Path,
 def _lab_prepare(cfg:TrainConfig, root:Path, force:bool, population:bool=False) -> Path:
     "Set `cfg.out_dir` to its cache directory and write the job file there; returns the directory."
     out = root / lab_key(cfg, population); cfg.out_dir = str(out)
+    for k, v in LAB_PATH.items(): setattr(cfg, k, v)
     done = RunDir(out).done()
     if not force and done is not None and done.get("code") == lab_code(cfg) and done.get("steps", cfg.steps) != cfg.steps:
         # `steps` is run control (a stopped run resumes under its key), so runs that differ only in length share a directory
@@ -360,7 +364,7 @@ def same_batch_updates(seed:int,  # the run seed: the sampled batch
     with tempfile.TemporaryDirectory() as root:
         for j, (name, e) in enumerate(arms.items()):
             cfg = TrainConfig(model=str(sft), algo=get_algo("grpo", beta=0.0, eps_high=e), task=task, task_kw=task_kw, seed=seed,
-                              **{**size, "steps": 1, "n_eval": 0}, out_dir=f"{root}/{j}", progress=False, threads=1, overwrite=True)
+                              **{**size, "steps": 1, "n_eval": 0}, out_dir=f"{root}/{j}", progress=False, threads=1, overwrite=True, **LAB_PATH)
             with setup(cfg) as run:
                 mt = Meter()
                 if batch is None:                    # sampled once: every arm starts from the same weights and updates on the same batch

@@ -43,6 +43,11 @@ class Sampler:
         self.copy.load_state_dict(self.lagged[0] if self.lag else learner.state_dict())   # copy_ casts to its dtype
         return self.copy
 
+    def next_weights(self) -> dict:
+        "The weights `model` will load after the next `after_update`: with a lag of 1 or more the learner has made them already, so the next batch can be sampled while it updates."
+        if not self.lag: raise ValueError("Sampler.next_weights: the next step samples the weights this step's update makes (sampler_lag 0)")
+        return self.lagged[1] if len(self.lagged) == self.lag + 1 else self.lagged[0]   # after_update keeps the last lag + 1
+
     def old_logp(self, learner_logp:Callable, ro,
                  needed:bool,  # the update takes several optimizer steps per batch (pi_old is not the first pass's pi)
                 ) -> torch.Tensor|None:

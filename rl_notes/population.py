@@ -4,7 +4,7 @@
 
 # %% ../nbs/38_population.ipynb #p04
 from __future__ import annotations
-import copy, threading, time
+import copy, dataclasses, threading, time
 import torch
 from torch import nn
 from .rollout import Rollout, generate, response_logprobs, cat_rollouts
@@ -289,7 +289,6 @@ def population_problem(cfgs:list) -> str|None:
                             ("mixed precision", c.mixed_precision is not None), ("a dtype other than float32", c.dtype != "float32"),
                             ("top-p / top-k / min-p", c.top_p < 1.0 or bool(c.top_k) or c.min_p > 0.0),
                             ("micro-batches", bool(c.micro_batch_size)), ("gradient checkpointing", c.gradient_checkpointing),
-                            ("compacted generation", c.compact_generation), ("the shared prompt pass", c.share_prompt),
                             ("a modifier that ranks tokens over a minibatch", a.top_entropy_quantile < 1 or a.clip_cov_ratio > 0 or a.loss == "kl_cov"),
                             ("an entropy bonus", bool(a.entropy_coef) or bool(getattr(a, "use_adaptive_entropy", False)))) if bad]
     return f"the population path does not batch {', '.join(off)}" if off else None
@@ -301,6 +300,9 @@ def train_population(cfgs:list,  # configs of one design (`population_problem` i
     "Train the runs of `cfgs` as one population, fresh (as `train` does without `resume`), each writing its own run directory."
     if (why := population_problem(cfgs)): raise ValueError(f"train_population: {why}")
     if any(c.resume for c in cfgs): raise ValueError("train_population: members start fresh (resume=False); a stopped run resumes alone with `train`")
+    # the batched passes sample whole batches and run whole rows, in step: compaction, the shared prompt pass and sampling ahead
+    # are run control (the same run, to float order), so members run without them
+    cfgs = [dataclasses.replace(c, compact_generation=False, share_prompt=False, async_generation=False) for c in cfgs]
     runs, out = [], [None] * len(cfgs)
     try:
         for c in cfgs: runs.append(setup(c))

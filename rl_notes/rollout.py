@@ -296,13 +296,14 @@ def _use_hidden(model, path:str) -> torch.nn.Linear|None:
     return head if head.weight.device.type == "cuda" else None        # auto: on a GPU only
 
 def _shared_prompt_logits(model, ids, att, pos, P:int, T:int) -> torch.Tensor:
-    "The (B, T, V) logits of `response_logprobs`, each distinct prompt run once: its keys/values are then indexed out to its rows (gradients flow back through the index)."
+    "The (B, T, V) logits of `response_logprobs`, each distinct prompt run once: its keys/values are then indexed out to its rows (gradients flow back through the index); None when the model keeps no cache."
     uniq, inv = torch.unique(ids[:, :P], dim=0, return_inverse=True)       # (U, P), (B,): row i's prompt is uniq[inv[i]]
     first = torch.empty(len(uniq), dtype=torch.long, device=ids.device)
     first[inv] = torch.arange(len(inv), device=ids.device)                 # a row of each distinct prompt (equal prompts, equal masks)
     kv = DynamicCache(config=getattr(model, "module", model).config)
     o1 = model(input_ids=ids[first, :P], attention_mask=att[first, :P], position_ids=pos[first, :P], cache=kv, use_cache=True, logits_to_keep=1)
     if T == 1: return o1.logits[inv]                                        # the prompt's last position predicts the only token
+    if o1.cache is None: return None                                       # gradient checkpointing while training drops the cache
     o1.cache.batch_select_indices(inv)                                      # (U, ...) -> (B, ...) keys and values of every layer
     o2 = model(input_ids=ids[:, P:-1], attention_mask=att[:, :-1], position_ids=pos[:, P:-1], cache=o1.cache, use_cache=True)
     return torch.cat([o1.logits[inv], o2.logits], 1)                         # (B, 1 + T - 1, V)
@@ -322,8 +323,8 @@ def response_logprobs(model,  # a causal LM (gradients flow unless called under 
     # the last token predicts nothing we need; the last T positions of the rest predict the T response tokens
     head = None if rollout.support is not None else _use_hidden(model, path)   # a truncated sampler: the logits path renormalises on its support
     with (_head_off(model, head) if head is not None else contextlib.nullcontext()):
-        if share_prompt: logits = _shared_prompt_logits(model, ids, att, pos, P, T)
-        else: logits = model(input_ids=ids[:, :-1], attention_mask=att[:, :-1], position_ids=pos[:, :-1],
+        logits = _shared_prompt_logits(model, ids, att, pos, P, T) if share_prompt else None
+        if logits is None: logits = model(input_ids=ids[:, :-1], attention_mask=att[:, :-1], position_ids=pos[:, :-1],
                              use_cache=False, logits_to_keep=T).logits       # (B, T, V), or (B, T, H) with the head off
     labels = ids[:, P:]                                                       # (B, T)
     m = rollout.response_mask.bool()

@@ -11,11 +11,11 @@ from typing import Literal
 from .configs import validate_config, from_trl, TRL_NAMES, ConfigError
 
 # %% auto #0
-__all__ = ['PRESETS', 'TRL_TRAIN', 'PRESET_TRAIN', 'RUN_CONTROL', 'KEY_LATE', 'CHARS', 'OFFPOLICY_FIELDS', 'LAB_DEFAULTS',
-           'REAL_MODEL_PARAMS', 'PATH_FIELDS', 'Algo', 'get_algo', 'dataset_label', 'late_absent', 'TrainConfig',
-           'trl_config', 'SFTConfig', 'reward_spec', 'lr_factor', 'eval_due', 'offpolicy_settings', 'sampler_differs',
-           'warn_tiny_defaults', 'low_precision_stall', 'warn_low_precision', 'dir_problem', 'check_extras',
-           'reward_file', 'content_changes', 'paths_read', 'absolute_paths']
+__all__ = ['PRESETS', 'TRL_TRAIN', 'PRESET_TRAIN', 'RUN_CONTROL', 'KEY_LATE', 'ASYNC_NAMES', 'CHARS', 'OFFPOLICY_FIELDS',
+           'LAB_DEFAULTS', 'REAL_MODEL_PARAMS', 'PATH_FIELDS', 'Algo', 'get_algo', 'dataset_label', 'late_absent',
+           'TrainConfig', 'trl_config', 'SFTConfig', 'reward_spec', 'lr_factor', 'eval_due', 'offpolicy_settings',
+           'sampler_differs', 'warn_tiny_defaults', 'low_precision_stall', 'warn_low_precision', 'dir_problem',
+           'check_extras', 'reward_file', 'content_changes', 'paths_read', 'absolute_paths']
 
 # %% ../nbs/21_trainconfig.ipynb #2efb1170
 def _f(default, **rules):
@@ -230,6 +230,7 @@ def get_algo(name:str|Algo,  # a preset name (`PRESETS`) or an `Algo`, returned 
 # %% ../nbs/21_trainconfig.ipynb #abe3bf9a
 # fields that may change between a run and its resumption (they do not change what is computed)
 RUN_CONTROL = ("steps", "resume", "overwrite", "stop_at", "save_every", "progress", "out_dir", "threads", "accept_changed", "save_adapter", "micro_batch_size", "trim_micro_batches", "compact_generation", "share_prompt",
+               "async_generation",   # the same run as the synchronous loop with the same sampler_lag
                "doctor_every", "doctor_stop", "save_total_limit")   # the live doctor reads the rows and may end the run: it computes nothing, so a resume may change it
 
 def _dataset_arg(v) -> str|None:
@@ -331,9 +332,10 @@ class TrainConfig:
     ppo_epochs: int = _f(1, ge=1, help="passes over each rollout batch")
     n_minibatches: int = _f(1, ge=1, help="optimizer steps per pass")
     micro_batch_size: int|None = _f(None, ge=1, help="responses per forward/backward pass; gradients accumulate over a minibatch's micro-batches before its one optimizer step (TRL: per_device_train_batch_size); None: the whole minibatch at once")
-    share_prompt: bool = _f(False, help="the policy's log-prob passes run each distinct prompt once and a group's responses on its keys/values (`response_logprobs(share_prompt=True)`): the same values and gradients up to float order")
-    compact_generation: bool = _f(False, help="drop finished responses from the sampler's batch and KV cache once a quarter of it has finished (`generate(compact=True)`): the same draws, the log-probs up to float order")
-    trim_micro_batches: bool = _f(False, help="with micro_batch_size: sort a minibatch's responses by length into its micro-batches and cut each to its own longest response (the padding after it is never computed); the same loss and gradient up to float order; off when the 80/20 mask or Clip-Cov ranks tokens over the whole minibatch")
+    share_prompt: bool = _f(True, help="the policy's log-prob passes run each distinct prompt once and a group's responses on its keys/values (`response_logprobs(share_prompt=True)`): the same values and gradients up to float order; False: one pass over every row (the path of runs made before it was the default)")
+    async_generation: bool = _f(False, help="sample the next step's batch in a thread while this step learns: the sampler runs `sampler_lag` (>= 1; TRL's `max_staleness`) updates behind, so the run computes what the synchronous loop with that lag computes, and resumes exactly")
+    compact_generation: bool = _f(True, help="drop finished responses from the sampler's batch and KV cache once a quarter of it has finished (`generate(compact=True)`): the same draws, the log-probs up to float order; False: the whole batch to the last token")
+    trim_micro_batches: bool = _f(True, help="when micro_batch_size is set: sort a minibatch's responses by length into its micro-batches and cut each to its own longest response (the padding after it is never computed); the same loss and gradient up to float order; off when the 80/20 mask or Clip-Cov ranks tokens over the whole minibatch")
     n_train: int|None = _f(20000, ge=1, help="size of the training prompt pool: a task's prompts drawn, a dataset's first rows; None (the command line's default with --dataset): all of a dataset's rows")
     n_eval: int = _f(200, ge=0, help="held-out prompts (greedy decoding)")
     eval_every: int = _f(25, ge=0, help="held-out evaluation every N steps (and at step 0 and at the end); 0: only at step 0")
@@ -386,7 +388,6 @@ class TrainConfig:
         if self.dtype == "float16" and not self.lora_r:
             raise ValueError("TrainConfig.dtype='float16' trains every weight in float16, where AdamW's epsilon (1e-8) underflows to 0 and "
                              "weights with tiny gradients become NaN; use dtype='bfloat16' (--dtype bfloat16) or LoRA (--lora-r R)")
-        if self.trim_micro_batches and not self.micro_batch_size: raise ValueError("TrainConfig.trim_micro_batches sorts and trims micro-batches: set TrainConfig.micro_batch_size (--micro-batch-size) too")
         if self.micro_batch_size and a.loss == "kl_cov": raise ValueError("TrainConfig.micro_batch_size: the kl_cov loss picks its tokens over the whole minibatch and cannot be split; leave it None")
         if (self.sampler_dtype or self.sampler_lag) and self.lora_r:
             raise ValueError("TrainConfig.sampler_dtype / sampler_lag copy the policy's full weights; they do not work with LoRA (lora_r > 0)")
@@ -399,6 +400,9 @@ class TrainConfig:
             raise ValueError("Algo.adv='none' gives every response advantage 0: it is for pure on-policy distillation, with TrainConfig.teacher set (--teacher)")
         if self.teacher is None and self.distill_coef != 1.0: raise ValueError("TrainConfig.distill_coef weighs the teacher's advantage: set TrainConfig.teacher (--teacher) too")
         if self.resume and self.overwrite: raise ValueError("TrainConfig.resume and overwrite exclude each other: continue the previous run, or replace it")
+        if self.async_generation and self.sampler_lag < 1:
+            raise ValueError("TrainConfig.async_generation samples the next batch while this step learns, on weights at least one update old: "
+                             "set TrainConfig.sampler_lag (--sampler-lag, or max_staleness / --max-staleness) to 1 or more")
         if self.sampler_lag > self.steps:
             raise ValueError(f"TrainConfig.sampler_lag ({self.sampler_lag}) must be <= steps ({self.steps}): the sampler would never leave the initial weights")
         if isinstance(self.model, str) and self.model and os.path.isdir(self.model):
@@ -422,13 +426,19 @@ class TrainConfig:
         return cls(**_known(cls, d))
 
 # %% ../nbs/21_trainconfig.ipynb #c5c0eff9
+ASYNC_NAMES = {"max_staleness": "sampler_lag"}  # the asynchronous trainers' name (TRL's AsyncGRPOConfig) -> TrainConfig's field
+
 def _trl_init(init):
-    "TrainConfig's __init__ that also takes GRPOConfig's names of its fields (`learning_rate=`, `num_generations=`, ...), as the command line does."
+    "TrainConfig's __init__ that also takes GRPOConfig's names of its fields (`learning_rate=`, `num_generations=`, ...) and `max_staleness`, as the command line does."
     names = None
     @functools.wraps(init)
     def __init__(self, *args, **kw):
         nonlocal names
         names = names or [f.name for f in dataclasses.fields(TrainConfig)]
+        for k, f in ASYNC_NAMES.items():
+            if k not in kw: continue
+            if f in kw: raise TypeError(f"TrainConfig: {k} is {f}; give one of them")
+            kw[f] = kw.pop(k)
         other = {k: kw.pop(k) for k in list(kw) if k not in names}
         if other:
             try: kw.update(from_trl("TrainConfig", names, other))

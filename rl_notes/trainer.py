@@ -4,7 +4,7 @@
 
 # %% ../nbs/33_trainer.ipynb #7bfa91ff
 from __future__ import annotations
-import sys, math, time, shutil, signal, threading, dataclasses, contextlib
+import sys, copy, math, time, shutil, signal, threading, dataclasses, contextlib
 from pathlib import Path
 import numpy as np
 import torch
@@ -24,7 +24,7 @@ from .run import Run, setup, together, checkpoint_extras
 
 # %% auto #0
 __all__ = ['TrainingDiverged', 'collect', 'advantages', 'minibatch_plan', 'update', 'heldout', 'log_row', 'keep_checkpoints',
-           'checkpoint', 'value_pretrain_step', 'StopRequest', 'run_loop', 'train']
+           'checkpoint', 'value_pretrain_step', 'StopRequest', 'run_loop', 'train', 'Prefetch']
 
 # %% ../nbs/33_trainer.ipynb #e170d126
 class TrainingDiverged(ValueError):
@@ -397,7 +397,7 @@ def run_loop(run:Run,  # an opened run (`setup`)
              stop:StopRequest|None=None,  # its stop request (Ctrl-C, SIGTERM, SIGHUP); None: none is listened for
              doctor=None,  # as `train`'s
             ) -> TrainResult:
-    "The loop of `train` on an opened run: the step-0 rows (or the model re-exported on resume), then collect, advantages, update, rows and checkpoints, step by step."
+    "The loop of `train` on an opened run: the step-0 rows (or the model re-exported on resume), then collect (or take the batch sampled ahead), advantages, update, rows and checkpoints, step by step."
     cfg = run.cfg
     if run.start == 0:
         with _marked(0): _first_rows(run)
@@ -406,19 +406,30 @@ def run_loop(run:Run,  # an opened run (`setup`)
         if export_step(m) != run.start or not export_intact(m):     # model/ missing, stale (a failed export, a Ctrl-C) or damaged
             with _marked(run.start): _export(run, run.start)   # from the checkpoint just loaded
     bar = tqdm(range(run.start + 1, cfg.steps + 1), desc=run.algo.name, disable=not (cfg.progress and run.main), initial=run.start, total=cfg.steps)
-    for step in bar:
-        with _marked(step):
-            t0, mt = time.time(), Meter()
-            with _diverged_at(run, step):
-                batch = advantages(run, collect(run, step, mt), mt)   # rollout, rewards, advantages
-                update(run, step, batch, mt)                          # losses and optimizer steps
-                row = {"step": step, **mt.result(run.acc), **(heldout(run) if eval_due(cfg, step) else {})}
-            log_row(run, {**row, "time_step": time.time() - t0})
-            bar.set_postfix({k: f"{row[k]:.2f}" for k in ("acc", "resp_len", "heldout_acc") if row.get(k) is not None})
-            checkpoint(run, step)
-            if stop is not None and stop.asked: _stop(run, step, stop.why)
-            if doctor is not None and doctor(run.rows, step, run.main): _stop(run, step, "doctor"); break   # a present finding (`doctor_stop`)
-            if cfg.stop_at is not None and step >= cfg.stop_at: break
+    pre = Prefetch(run) if cfg.async_generation else None                      # the next batch sampled while this step learns
+    last = cfg.steps if cfg.stop_at is None else min(cfg.steps, cfg.stop_at)
+    try:
+        for step in bar:
+            with _marked(step):
+                t0 = time.time()
+                with _diverged_at(run, step):
+                    if pre is None: mt = Meter(); batch = advantages(run, collect(run, step, mt), mt)   # rollout, rewards, advantages
+                    else:
+                        got, mt = pre.take(step); batch = advantages(run, got, mt)
+                        mt.put("staleness", min(cfg.sampler_lag, step - 1))     # updates between the sampler's weights and the learner's
+                        pre.start(step + 1, last)                               # before this update changes the sampler's next weights
+                    update(run, step, batch, mt)                          # losses and optimizer steps
+                    row = {"step": step, **mt.result(run.acc), **(heldout(run) if eval_due(cfg, step) else {})}
+                log_row(run, {**row, "time_step": time.time() - t0})
+                bar.set_postfix({k: f"{row[k]:.2f}" for k in ("acc", "resp_len", "heldout_acc") if row.get(k) is not None})
+                checkpoint(run, step)
+                if stop is not None and stop.asked:
+                    if pre is not None: pre.wait()
+                    _stop(run, step, stop.why)
+                if doctor is not None and doctor(run.rows, step, run.main): _stop(run, step, "doctor"); break   # a present finding (`doctor_stop`)
+                if cfg.stop_at is not None and step >= cfg.stop_at: break
+    finally:
+        if pre is not None: pre.wait()
     return TrainResult(run.rows, run.cfg.out_dir)
 
 def train(cfg:TrainConfig,  # the run
@@ -430,3 +441,33 @@ def train(cfg:TrainConfig,  # the run
     with setup(cfg, accelerator) as run, StopRequest(run.W == 1) as stop:   # data parallel: Ctrl-C stops every process at once, as before
         return run_loop(run, stop, doctor)
 
+
+# %% ../nbs/33_trainer.ipynb #as02
+class Prefetch:
+    "The next step's batch sampled in a thread while this step learns (`async_generation`): on the weights the sampler will hold then (`Sampler.next_weights`)."
+    def __init__(self, run:Run):
+        if run.W > 1: raise ValueError("TrainConfig.async_generation samples in a thread of one process; it does not run data-parallel (accelerate with more than one process)")
+        if run.engine is not None: raise ValueError("TrainConfig.async_generation: a population member samples in the population's batched pass")
+        self.run, self.tok, self.job = run, copy.deepcopy(run.tok), None   # job: (step, thread, result holder)
+    def start(self, step:int, last:int):
+        "Begin sampling step `step`'s batch (nothing after step `last`); call before this step's update changes the sampler's weights."
+        if step > last: return
+        view = copy.copy(self.run); view.tok = self.tok
+        view.sampler = copy.copy(self.run.sampler); view.sampler.lagged = [self.run.sampler.next_weights()]
+        out, mt = {}, Meter()
+        def work():
+            try: out["batch"] = collect(view, step, mt)
+            except BaseException as e: out["error"] = e
+        th = threading.Thread(target=work, name=f"rl_notes-sampler-{step}", daemon=True); th.start()
+        self.job = (step, th, out, mt)
+    def take(self, step:int) -> tuple:
+        "(batch, Meter) of `step`: the one sampled ahead (waiting for it), else sampled now (the first step of a run or of a resume)."
+        if self.job is None or self.job[0] != step:
+            self.wait(); mt = Meter(); return collect(self.run, step, mt), mt
+        _, th, out, mt = self.job; self.job = None
+        th.join()
+        if "error" in out: raise out["error"]
+        return out["batch"], mt
+    def wait(self):
+        "Let a batch being sampled finish (at the end of a run, or before it stops): its thread holds the sampler's copy."
+        if self.job is not None: self.job[1].join(); self.job = None

@@ -50,6 +50,10 @@ def test_boolean_values_of_fields_and_scale_rewards(cli_cfg):
     assert code == 0 and cfg.progress is False
     code, cfg, _, err = cli_cfg("--progress", "false")
     assert code == 0 and cfg.progress is False
+    code, cfg, _, err = cli_cfg()                                                   # the speed levers: on unless turned off
+    assert code == 0 and cfg.compact_generation and cfg.share_prompt and cfg.trim_micro_batches, err
+    code, cfg, _, err = cli_cfg("--no-compact-generation", "--share-prompt", "false", "--no-trim-micro-batches")
+    assert code == 0 and not (cfg.compact_generation or cfg.share_prompt or cfg.trim_micro_batches), err
     code, _, _, err = cli_cfg("--mask-truncated-completions", "maybe")
     assert code == 2 and "expected true or false" in one_line(err)
 

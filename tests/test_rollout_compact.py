@@ -38,7 +38,7 @@ def learnt(tmp_path_factory):
 def test_trainer_compact_generation(learnt, tmp_path):
     kw = dict(model=learnt, algo=get_algo("grpo", beta=0.0), task_kw=dict(max_digits=1, scratchpad=False), steps=3, n_prompts=4, group_size=4,
               max_new_tokens=8, lr=1e-3, n_train=60, n_eval=0, progress=False, threads=1)
-    a = train(TrainConfig(out_dir=str(tmp_path / "plain"), **kw))
+    a = train(TrainConfig(out_dir=str(tmp_path / "plain"), compact_generation=False, **kw))
     b = train(TrainConfig(out_dir=str(tmp_path / "compact"), compact_generation=True, **kw))
     for ra, rb in zip(a[1:], b[1:]):
         for k in ("resp_len", "acc", "loss", "grad_norm", "entropy"):
@@ -66,7 +66,7 @@ def test_trainer_share_prompt(learnt, tmp_path, extra):
     "The shared prompt with compaction, alone and with trimmed micro-batches: the plain run's steps to float order."
     kw = dict(model=learnt, algo=get_algo("grpo", beta=0.0), task_kw=dict(max_digits=1, scratchpad=False), steps=3, n_prompts=4, group_size=4,
               max_new_tokens=8, lr=1e-3, n_train=60, n_eval=0, progress=False, threads=1)
-    a = train(TrainConfig(out_dir=str(tmp_path / "plain"), **kw))
+    a = train(TrainConfig(out_dir=str(tmp_path / "plain"), share_prompt=False, compact_generation=False, **{**extra, "trim_micro_batches": False}, **kw))
     b = train(TrainConfig(out_dir=str(tmp_path / "shared"), share_prompt=True, compact_generation=True, **extra, **kw))
     assert any(r["grad_norm"] > 0 for r in a[1:])
     for ra, rb in zip(a[1:], b[1:]):
@@ -74,3 +74,18 @@ def test_trainer_share_prompt(learnt, tmp_path, extra):
             assert ra[k] == pytest.approx(rb[k], rel=1e-3, abs=1e-5), (k, ra[k], rb[k])
     assert "share_prompt" in RUN_CONTROL
     assert lab_key(TrainConfig(out_dir="x", **kw)) == lab_key(TrainConfig(out_dir="x", share_prompt=True, **kw))
+
+
+def test_levers_are_the_default_and_the_lab_keeps_its_path(tmp_path):
+    """New runs take compaction, the shared prompt pass and trimmed micro-batches by default; the lab trains on `LAB_PATH`
+    (the path its cached runs were made with), under the same key."""
+    from rl_notes.lab import LAB_PATH, _lab_prepare
+    from rl_notes.rundir import RunDir
+    c = TrainConfig(model="m")
+    assert c.compact_generation and c.share_prompt and c.trim_micro_batches
+    key = lab_key(c)
+    out = _lab_prepare(c, tmp_path, force=False)
+    assert all(getattr(c, k) == v for k, v in LAB_PATH.items()) and lab_key(c) == key and out.name == key
+    import json
+    job = json.loads(RunDir(out).job_file.read_text())["cfg"]
+    assert not job["compact_generation"] and not job["share_prompt"]

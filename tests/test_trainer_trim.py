@@ -30,8 +30,10 @@ def test_parts_and_trim():
     with pytest.raises(ValueError, match="longer than `width`"): ro.trim(3)
 
 
-def test_config_needs_micro_batches():
-    with pytest.raises(ValueError, match="set TrainConfig.micro_batch_size"): TrainConfig(model="m", trim_micro_batches=True)
+def test_trim_is_the_default():
+    "On by default; without micro-batches there is nothing to sort or cut, so it is accepted and changes nothing."
+    assert TrainConfig(model="m").trim_micro_batches and TrainConfig(model="m", micro_batch_size=4).trim_micro_batches
+    assert not TrainConfig(model="m", trim_micro_batches=False).trim_micro_batches
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +50,8 @@ def test_trimmed_step_is_the_untrimmed_step(learnt, tmp_path, algo):
     float noise of either path into a full-size step."""
     kw = dict(model=learnt, algo=get_algo(algo, beta=0.0), task_kw=dict(max_digits=1, scratchpad=False), steps=3, n_prompts=4, group_size=4,
               max_new_tokens=5, n_minibatches=2, lr=1e-3, n_train=60, n_eval=0, progress=False, threads=1, micro_batch_size=3)
-    a = train(TrainConfig(out_dir=str(tmp_path / "plain"), **kw))
-    b = train(TrainConfig(out_dir=str(tmp_path / "trim"), trim_micro_batches=True, **kw))
+    a = train(TrainConfig(out_dir=str(tmp_path / "plain"), trim_micro_batches=False, **kw))
+    b = train(TrainConfig(out_dir=str(tmp_path / "trim"), **kw))                             # the default: sorted and trimmed
     assert any(r["grad_norm"] > 0 for r in a[1:])                                             # a step that learns
     for ra, rb in zip(a[1:], b[1:]):
         for k in ("loss", "grad_norm", "entropy", "resp_len", "acc"):
