@@ -220,7 +220,8 @@ def _policy_step(run:Run, step:int, mb:Batch, old_logp, ref_logp, n_tok:float, n
     "One policy update on minibatch `mb`, whole or in micro-batches of `micro_batch_size` rows (each one's share of the loss back-propagated): the per-token modifiers, the algorithm's loss (`POLICY_LOSSES`), the entropy bonus, VAPO's LM loss on correct responses, then one optimizer step."
     cfg, algo, B = run.cfg, run.loss_algo, len(mb.ro)
     k = cfg.micro_batch_size if cfg.micro_batch_size and cfg.micro_batch_size < B else B
-    trim = cfg.trim_micro_batches and algo.top_entropy_quantile >= 1 and algo.clip_cov_ratio <= 0   # no modifier ranks over the minibatch
+    # sorted and trimmed only in micro-batches (one part stays in the batch's order) and when no modifier ranks over the minibatch
+    trim = cfg.trim_micro_batches and k < B and algo.top_entropy_quantile >= 1 and algo.clip_cov_ratio <= 0
     parts = micro_parts(mb.mask, k, by_length=trim)                            # row indices; shortest responses first when trimmed
     one, tm = len(parts) == 1, algo.agg == "token-mean"                         # tm: divided by the global token count
     pre = None if one else _minibatch_tokens(run, mb, parts)                   # a modifier that ranks tokens over the whole minibatch
