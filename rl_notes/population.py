@@ -163,9 +163,9 @@ class Population:
         if isinstance(res, BaseException): raise res
         return res
     def generate(self, run, tokenizer, prompts, group_size=1, max_new_tokens=32, temperature=1.0, top_p=1.0, top_k=0, min_p=0.0,
-                 seed=None, greedy=False, cache="dynamic", compact=False):
-        if compact or top_p < 1.0 or top_k or min_p > 0.0 or cache != "dynamic":
-            raise ValueError("a population samples without compaction and without top-p / top-k / min-p (one pass for every member)")
+                 seed=None, greedy=False, cache="dynamic", compact=False, share_prompt=False):
+        if compact or share_prompt or top_p < 1.0 or top_k or min_p > 0.0 or cache != "dynamic":
+            raise ValueError("a population samples without compaction, without the shared prefill and without top-p / top-k / min-p (one pass for every member)")
         return self._call(run, "generate", dict(prompts=list(prompts), group_size=group_size, max_new_tokens=max_new_tokens,
                                                 temperature=temperature, seed=seed, greedy=greedy))
     def logprobs(self, run, ro, temperature=None, with_entropy=False, path="auto", share_prompt=False):

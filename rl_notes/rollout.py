@@ -191,6 +191,7 @@ def generate(model,  # a causal LM (e.g. `tiny_llama` or `load_model`)
              greedy:bool=False,  # argmax instead of sampling
              cache:str="dynamic",  # "dynamic": keys/values grown each step; "static": pre-allocated for P + max_new_tokens
              compact:bool=False,  # drop finished rows from the model's batch and KV cache (dynamic cache only); the same draws, other float order
+             share_prompt:bool=False,  # prefill each prompt once and give its keys/values to its G rows (dynamic cache only); the same draws, other float order
             ) -> Rollout:
     "Sample `group_size` responses per prompt with the KV cache; record old log-probs, masks and truncation."
     if isinstance(prompts, str) or not len(prompts): raise ValueError(f"`prompts` must be a non-empty list of prompts, got {prompts!r}")
@@ -203,11 +204,13 @@ def generate(model,  # a causal LM (e.g. `tiny_llama` or `load_model`)
     truncate = not greedy and (top_k > 0 or top_p < 1.0 or min_p > 0.0)   # old_logp and the support: the distribution sampled
     if cache not in ("static", "dynamic"): raise ValueError(f"`cache` must be 'static' or 'dynamic', got {cache!r}")
     if compact and cache != "dynamic": raise ValueError(f"`compact=True` needs cache='dynamic' (rows are dropped from a growing cache), got cache={cache!r}")
+    if share_prompt and cache != "dynamic": raise ValueError(f"`share_prompt=True` needs cache='dynamic' (a prompt's keys/values are copied to its rows), got cache={cache!r}")
     dev = next(model.parameters()).device
     eos_list = _eos_ids(model, tokenizer)
     eos = torch.tensor(eos_list, device=dev)
     pad = _pad_id(tokenizer, eos_list)
     ids, att = _encode(tokenizer, list(prompts), pad, dev)                 # (n_prompts, P)
+    ids1, att1 = ids, att
     ids, att = ids.repeat_interleave(group_size, 0), att.repeat_interleave(group_size, 0)   # (B, P)
     prompt_att = att
     B, P = ids.shape
@@ -222,7 +225,11 @@ def generate(model,  # a causal LM (e.g. `tiny_llama` or `load_model`)
         kv = StaticCache(config=model.config, max_cache_len=P + max_new_tokens)
         att = torch.cat([att, att.new_zeros(B, max_new_tokens)], 1)           # (B, P + max_new_tokens)
     else: kv = DynamicCache(config=model.config)
-    out = model(input_ids=ids, attention_mask=att, position_ids=pos, cache=kv, use_cache=True, logits_to_keep=1)
+    if share_prompt and group_size > 1:   # each prompt's G rows are the same: one prefill per prompt, its cache and logits repeated
+        out = model(input_ids=ids1, attention_mask=att1, position_ids=position_ids_from_mask(att1), cache=kv, use_cache=True, logits_to_keep=1)
+        if out.cache is None: out = model(input_ids=ids, attention_mask=att, position_ids=pos, cache=kv, use_cache=True, logits_to_keep=1)   # no cache kept
+        else: out.cache.batch_repeat_interleave(group_size); out.logits = out.logits.repeat_interleave(group_size, 0)
+    else: out = model(input_ids=ids, attention_mask=att, position_ids=pos, cache=kv, use_cache=True, logits_to_keep=1)
     next_pos = pos[:, -1:] + 1                                               # (B, 1)
     done = torch.zeros(B, dtype=torch.bool, device=dev)
     toks, logps, masks, sups = [], [], [], []

@@ -71,7 +71,7 @@ def collect(run:Run, step:int, mt:Meter) -> Batch:
         if cfg.shard_rollouts: idx = idx[run.rank * need:(run.rank + 1) * need]
         exs = [run.train_rows[i] for i in idx]
         with _sampling(run): ro = run.generate(run.sampler.model(run.gen_model), run.tok, [e["prompt"] for e in exs], group_size=G, max_new_tokens=cfg.max_new_tokens,
-                      temperature=run.sampler.temperature, seed=mix_seed(cfg.seed, step, rnd, run.rank if cfg.shard_rollouts else 0), compact=cfg.compact_generation,
+                      temperature=run.sampler.temperature, seed=mix_seed(cfg.seed, step, rnd, run.rank if cfg.shard_rollouts else 0), compact=cfg.compact_generation, share_prompt=cfg.share_prompt,
                       top_p=cfg.top_p, top_k=cfg.top_k, min_p=cfg.min_p)   # truncated: the rollout carries its support, the learner renormalises on it
         if not cfg.renormalise_support: ro = dataclasses.replace(ro, support=None)   # the naive ratio, for comparison
         t1 = time.time()

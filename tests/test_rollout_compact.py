@@ -89,3 +89,15 @@ def test_levers_are_the_default_and_the_lab_keeps_its_path(tmp_path):
     import json
     job = json.loads(RunDir(out).job_file.read_text())["cfg"]
     assert not job["compact_generation"] and not job["share_prompt"]
+
+
+@pytest.mark.parametrize("group_size,T", [(4, 8), (1, 5), (3, 1)])
+def test_shared_prefill_draws_the_same(group_size, T):
+    "`generate(share_prompt=True)`: one prefill per prompt, its keys/values repeated for its G rows; the same tokens, log-probs to float order."
+    tok = build_tokenizer(); model = tiny_llama(tok, seed=0)
+    prompts = ["347+285=", "12+3=", "9999+1="]
+    a = generate(model, tok, prompts, group_size=group_size, max_new_tokens=T, seed=3)
+    for compact in (False, True):
+        b = generate(model, tok, prompts, group_size=group_size, max_new_tokens=T, seed=3, share_prompt=True, compact=compact)
+        assert torch.equal(a.input_ids, b.input_ids) and torch.equal(a.response_mask, b.response_mask)
+        torch.testing.assert_close(b.old_logp, a.old_logp, atol=1e-5, rtol=0)
