@@ -1,12 +1,13 @@
 """The GRPO step's speed levers against TRL's GRPOTrainer, at the three sizes of bench_real.py.
 
 Per size and repeat, in one process: rl_notes' step with the levers off (the path before they were the default), with
-compacted generation only (`compact_generation`: finished rows leave the sampler's batch), with the defaults (compaction
-and the shared prompt, `share_prompt`: each distinct prompt once in the log-prob pass), with the defaults in sorted,
-trimmed micro-batches (`micro_batch_size`, `trim_micro_batches`), and TRL's step (bench_grpo_step.py's set-up: same
-model, 16 prompts x 8, beta 0). At the third size, the ~20M-parameter random Qwen2 with a 32k vocabulary at 64 new tokens
-(4 prompts x 4), the arms are the levers off, the defaults and TRL. Prints the median step and generation time of each
-and the ratio TRL / rl_notes (> 1: rl_notes faster). The levers compute the same step up to float order.
+compacted generation only (`compact_generation`: finished rows leave the sampler's batch), with the shared prompt only
+(`share_prompt`: each prompt prefilled once for its group, and once in the log-prob pass), with the defaults (both), with
+the defaults in sorted, trimmed micro-batches (`micro_batch_size`, `trim_micro_batches`), and TRL's step
+(bench_grpo_step.py's set-up: same model, 16 prompts x 8, beta 0). At the third size, the ~20M-parameter random Qwen2
+with a 32k vocabulary at 64 new tokens (4 prompts x 4), every arm but the micro-batches. Prints the median step and
+generation time of each and the ratio TRL / rl_notes (> 1: rl_notes faster). The levers compute the same step up to
+float order.
 
     python benchmarks/bench_levers.py [--repeats 5] [--trim 32] [--steps 5] [--warmup 2] [--sizes 6,42,qwen]
 """
@@ -29,12 +30,13 @@ def main():
     from bench_real import char_model, qwen_model, cpu_name
     from rl_notes.tasks import get_task
     arms = {"levers off": dict(compact=False, share=False), "compact only": dict(compact=True, share=False),
-            "default (compact + shared prompt)": {}, f"default, micro-batches of {a.trim} trimmed": dict(trim=a.trim), "TRL": None}
+            "shared prompt only": dict(compact=False, share=True), "default (compact + shared prompt)": {},
+            f"default, micro-batches of {a.trim} trimmed": dict(trim=a.trim), "TRL": None}
     ratios = {}                                                     # (T, arm) -> TRL / rl_notes per run
     qwen_dir = tempfile.mkdtemp()
     sizes = {"6": lambda: (*char_model(scratchpad=False), 6, 16, 8, arms), "42": lambda: (*char_model(scratchpad=True), 42, 16, 8, arms),
              "qwen": lambda: (qwen_model(qwen_dir), char_model(scratchpad=False)[1], 64, 4, 4,
-                              {k: v for k, v in arms.items() if k in ("levers off", "default (compact + shared prompt)", "TRL")})}
+                              {k: v for k, v in arms.items() if not k.startswith("default, micro")})}
     for size in a.sizes.split(","):
         if size not in sizes: raise SystemExit(f"--sizes: unknown size {size!r} (6, 42, qwen)")
         d, kw, T, n_prompts, G, size_arms = sizes[size]()
