@@ -424,9 +424,7 @@ def run_loop(run:Run,  # an opened run (`setup`)
                 log_row(run, {**row, "time_step": time.time() - t0})
                 bar.set_postfix({k: f"{row[k]:.2f}" for k in ("acc", "resp_len", "heldout_acc") if row.get(k) is not None})
                 checkpoint(run, step)
-                if stop is not None and stop.asked:
-                    if pre is not None: pre.wait()
-                    _stop(run, step, stop.why)
+                if stop is not None and stop.asked: _stop(run, step, stop.why)   # a batch being sampled ahead is waited for below
                 if doctor is not None and doctor(run.rows, step, run.main): _stop(run, step, "doctor"); break   # a present finding (`doctor_stop`)
                 if cfg.stop_at is not None and step >= cfg.stop_at: break
     finally:
@@ -449,7 +447,7 @@ class Prefetch:
     def __init__(self, run:Run):
         if run.W > 1: raise ValueError("TrainConfig.async_generation samples in a thread of one process; it does not run data-parallel (accelerate with more than one process)")
         if run.engine is not None: raise ValueError("TrainConfig.async_generation: a population member samples in the population's batched pass")
-        self.run, self.tok, self.job = run, copy.deepcopy(run.tok), None   # job: (step, thread, result holder)
+        self.run, self.tok, self.job = run, copy.deepcopy(run.tok), None   # job: (step, thread, result holder, its Meter)
     def start(self, step:int, last:int):
         "Begin sampling step `step`'s batch (nothing after step `last`); call before this step's update changes the sampler's weights."
         if step > last: return
