@@ -5,7 +5,8 @@ output; cells starting with `#| hide` are skipped. `--check` exits 1 if README.m
 the docs site's index page, `docs/build.py`): `<!-- headline -->` and `<!-- scope -->` become the table of the verdicts
 across starts (`rl_notes.analysis.headline_table` of the committed records) and its scope box; `<!-- layers -->` a picture
 of the layers drawn from the module table of nbs/house.ipynb (the table `tests/test_layers.py` checks imports against);
-`<!-- changes -->` the "Where a change goes" table of nbs/house.ipynb. No number in them is typed by hand."""
+`<!-- changes -->` the "Where a change goes" table of nbs/house.ipynb; `<!-- speed -->` the GRPO step's speed against
+TRL's at three sizes, read from the RESULT lines of nbs/33_trainer.ipynb's outputs. No number in them is typed by hand."""
 import json, re, sys, pathlib
 root = pathlib.Path(__file__).resolve().parent.parent
 
@@ -38,6 +39,25 @@ def changes_table(house) -> str:
     return md.split("\n", 1)[1].strip()
 
 
+SPEED_RESULT = "one GRPO step with the speed levers vs TRL's `GRPOTrainer`, "
+SPEED_ARM = "default (compact + shared prompt) "
+
+
+def speed_table(link) -> str:
+    "One row per size of the GRPO-step benchmark's RESULT lines (33_trainer): the default step's range over its runs against TRL's."
+    rows = []
+    for c in json.loads((root / "nbs" / "33_trainer.ipynb").read_text(encoding="utf-8"))["cells"]:
+        for o in c.get("outputs", []) if c["cell_type"] == "code" else []:
+            for line in "".join(o.get("text", "")).splitlines() if o.get("output_type") == "stream" else []:
+                if not line.startswith("RESULT " + SPEED_RESULT): continue
+                size, result = line[len("RESULT " + SPEED_RESULT):].split(" | ", 1)
+                arm = next(a for a in result.split("; ") if a.startswith(SPEED_ARM))
+                rows.append(f"| {size} | {arm[len(SPEED_ARM):]} |")
+    if not rows: raise SystemExit(f"no RESULT line '{SPEED_RESULT}...' in nbs/33_trainer.ipynb's outputs")
+    return (f"| one GRPO step, the defaults vs TRL's `GRPOTrainer` ({link('33_trainer')}) | faster by (min-max over runs) |\n"
+            "|---|---|\n" + "\n".join(rows))
+
+
 def fill(text:str, link) -> str:
     "`text` with its markers replaced (`link(nb)`: how a notebook name is linked where the text is shown)."
     if "<!-- headline -->" in text or "<!-- scope -->" in text:
@@ -47,6 +67,7 @@ def fill(text:str, link) -> str:
     house = root / "nbs" / "house.ipynb"
     if "<!-- layers -->" in text: text = text.replace("<!-- layers -->", layers_picture(house))
     if "<!-- changes -->" in text: text = text.replace("<!-- changes -->", changes_table(house))
+    if "<!-- speed -->" in text: text = text.replace("<!-- speed -->", speed_table(link))
     return text
 
 
