@@ -23,17 +23,31 @@ def worst(a, b) -> float:
                 if not k.startswith("time") and isinstance(x[k], (int, float)) and x[k] is not None and y.get(k) is not None), default=0.0)
 
 
-@pytest.mark.parametrize("algo", [get_algo("grpo", beta=0.0), get_algo("dapo")])
+@pytest.mark.parametrize("algo", [get_algo("grpo", beta=0.0), get_algo("dapo"), get_algo("ppo"), get_algo("vapo", value_pretrain_steps=2)],
+                         ids=["grpo", "dapo", "ppo", "vapo"])
 def test_members_compute_what_single_runs_compute(micro_sft, tmp_path, algo):
     alone = [train(c) for c in cfgs(micro_sft, tmp_path / "alone", algo=algo)]
     pop = train_population(cfgs(micro_sft, tmp_path / "pop", algo=algo))
     assert all(not isinstance(r, BaseException) for r in pop), pop
-    assert max(worst(list(a), list(b)) for a, b in zip(alone, pop)) < 1e-4
+    # VAPO's value pre-training and length-adaptive lambda amplify the float order of the batched passes most
+    assert max(worst(list(a), list(b)) for a, b in zip(alone, pop)) < (1e-3 if algo.name == "vapo" else 1e-4)
     for s in (0, 1, 2):   # the checkpoints hold the member's own weights
         from safetensors.torch import load_file
         a = load_file(tmp_path / "alone" / f"s{s}" / "model" / "model.safetensors")
         b = load_file(tmp_path / "pop" / f"s{s}" / "model" / "model.safetensors")
         assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-4
+        if algo.uses_critic:   # and the critic's: its weights and AdamW moments in the member's own checkpoint
+            for f in ("critic.safetensors", "optim_critic.safetensors"):
+                ca, cb = (load_file(tmp_path / w / f"s{s}" / "ckpt" / f) for w in ("alone", "pop"))
+                assert ca.keys() == cb.keys() and max((ca[k] - cb[k]).abs().max().item() for k in ca) < 1e-4
+
+
+@pytest.mark.parametrize("algo", [get_algo("ppo"), get_algo("vapo", value_pretrain_steps=2)], ids=["ppo", "vapo"])
+def test_a_population_of_one_is_its_single_run(micro_sft, tmp_path, algo):
+    "One member: no padding to other members' widths, so the stacked passes (the critic's too) compute the single run's numbers."
+    alone = train(cfgs(micro_sft, tmp_path / "alone", seeds=(0,), algo=algo)[0])
+    pop = train_population(cfgs(micro_sft, tmp_path / "pop", seeds=(0,), algo=algo))[0]
+    assert worst(list(alone), list(pop)) < 1e-5
 
 
 def test_a_failing_member_leaves_the_others_running(micro_sft, tmp_path, monkeypatch):
@@ -67,7 +81,8 @@ def test_lab_runs_population_caches_each_member(micro_sft, tmp_path):
 
 
 def test_what_the_population_does_not_batch_is_refused(micro_sft, tmp_path):
-    assert "a critic" in population_problem(cfgs(micro_sft, tmp_path, algo=get_algo("ppo")))
+    assert population_problem(cfgs(micro_sft, tmp_path, algo=get_algo("ppo"))) is None     # a critic is stacked like the policy
+    assert "a KL reference" in population_problem(cfgs(micro_sft, tmp_path, algo=get_algo("ppo", beta=0.05)))
     assert "micro-batches" in population_problem(cfgs(micro_sft, tmp_path, micro_batch_size=2))
     c = cfgs(micro_sft, tmp_path)
     import dataclasses
