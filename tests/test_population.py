@@ -65,17 +65,19 @@ def test_a_failing_member_leaves_the_others_running(micro_sft, tmp_path, monkeyp
     assert worst(list(alone), list(pop[2])) < 1e-4
 
 
-def test_lab_runs_population_caches_each_member(micro_sft, tmp_path):
+@pytest.mark.parametrize("algo", [get_algo("grpo", beta=0.0), get_algo("ppo")], ids=["grpo", "ppo"])
+def test_lab_runs_population_caches_each_member(micro_sft, tmp_path, algo):
     from rl_notes.lab import lab_runs, lab_key
     from rl_notes.rundir import RunDir
-    c = cfgs(micro_sft, tmp_path)
+    mk = lambda *a, **kw: cfgs(*a, algo=algo, **kw)
+    c = mk(micro_sft, tmp_path)
     assert lab_key(c[0], population=True) != lab_key(c[0])   # a population member is keyed apart from its single run
     rows = lab_runs(c, root=str(tmp_path / "cache"), population=3, workers=1)
     dones = [RunDir(cf.out_dir).done() for cf in c]
     assert [d["path"] for d in dones] == ["population of 3"] * 3 and all(len(r) == 5 for r in rows)
-    again = lab_runs(cfgs(micro_sft, tmp_path), root=str(tmp_path / "cache"), population=3, workers=1)   # cached: nothing re-run
+    again = lab_runs(mk(micro_sft, tmp_path), root=str(tmp_path / "cache"), population=3, workers=1)   # cached: nothing re-run
     assert again == rows and [RunDir(cf.out_dir).done() for cf in c] == dones
-    one = cfgs(micro_sft, tmp_path, seeds=(1,))
+    one = mk(micro_sft, tmp_path, seeds=(1,))
     single = lab_runs(one, root=str(tmp_path / "single"), workers=1)[0]          # one run per process: no `path` in done.json
     assert worst(single, rows[1]) < 1e-4 and "path" not in RunDir(one[0].out_dir).done()
 
