@@ -1,13 +1,15 @@
 """Runs per core-hour of the population path (`rl_notes.population.train_population`: P runs of one design as one
 batched program, one thread) against one run per process (`train`, one thread: what each `lab_runs` worker does), for
-the lab designs D3 (addition, 16 prompts x 8, one optimizer step per batch) and D1 (countdown, 64 prompts x 8, 64
-optimizer steps per batch), and the fingerprint's micro runs (a width-32 model, 4 prompts x 4: where per-call overhead,
+the lab designs D3 (addition, 16 prompts x 8, one optimizer step per batch), D1 (countdown, 64 prompts x 8, 64
+optimizer steps per batch) and V1-long (PPO with a critic, 16 prompts x 8, up to 192 new tokens; the critic made from
+the policy, as the design's reward-model initialisation changes its weights, not its shape or its cost), and the
+fingerprint's micro runs (a width-32 model, 4 prompts x 4: where per-call overhead,
 not the tensors, sets a run's time). Each measurement trains every run from its SFT start for the design's steps (the step-0
 and the last held-out evaluation included; the start is made before the clock starts) in this process; the clock is this process's CPU time (`time.process_time`), so
 another job on a shared machine does not inflate either side; ratios are of medians over --repeats, measured in the
 same run. A population's members are seeds 0..P-1 of the design (the single run: seed 0).
 
-Usage: python benchmarks/bench_population.py [--designs D3:4,D1:2,micro:20] [--sizes 4,8,16] [--repeats 3]   (design:steps)
+Usage: python benchmarks/bench_population.py [--designs D3:4,D1:2,V1-long:2,micro:20] [--sizes 4,8,16] [--repeats 3]   (design:steps)
 """
 import argparse, platform, statistics, tempfile, time
 from pathlib import Path
@@ -28,6 +30,10 @@ def configs(design:str, P:int, steps:int, root:Path) -> list:
         base = dict(steps=steps, n_prompts=64, group_size=8, max_new_tokens=12, lr=3e-4, ppo_epochs=4, n_minibatches=16, n_eval=200,
                     eval_every=steps, n_train=20000)
         algo = get_algo("grpo", beta=0.0)
+    elif design == "V1-long":   # 56_value_init: PPO, a critic trained beside the policy, long scratchpad answers
+        d = designs["V1-long"]; start = d.start()
+        base = {**d.base, "steps": steps}
+        algo, task, task_kw = get_algo("ppo"), d.task, d.task_kw
     elif design == "micro":   # the fingerprint's micro runs: the smallest lab runs there are
         from rl_notes.fingerprint import micro_model, MICRO_RUN, TASK_KW
         from rl_notes.cache import cache_dir
@@ -37,7 +43,7 @@ def configs(design:str, P:int, steps:int, root:Path) -> list:
         base = {**MICRO_RUN, "steps": steps, "eval_every": steps}
         base.pop("progress"); base.pop("threads")
         algo = get_algo("grpo", beta=0.0)
-    else: raise ValueError(f"--designs: unknown design {design!r} (D3, D1, micro)")
+    else: raise ValueError(f"--designs: unknown design {design!r} (D3, D1, V1-long, micro)")
     return [TrainConfig(model=str(start), algo=algo, task=task, task_kw=task_kw, seed=s, out_dir=str(root / f"s{s}"), progress=False,
                         threads=1, **base) for s in range(P)]
 
@@ -48,7 +54,7 @@ def cpu_seconds(f) -> float:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--designs", default="D3:4,D1:2,micro:20", help="design:steps, comma-separated")
+    ap.add_argument("--designs", default="D3:4,D1:2,V1-long:2,micro:20", help="design:steps, comma-separated")
     ap.add_argument("--sizes", default="4,8,16"); ap.add_argument("--repeats", type=int, default=3)
     a = ap.parse_args(argv)
     torch.set_num_threads(1)

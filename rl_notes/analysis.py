@@ -333,6 +333,9 @@ VERDICT_META = {
     "D3-starts": VerdictMeta("pre-registered; pilot seeds included", +1, "D3 across starts", "starts", sesoi=0.01),
     "D1-shift-starts": VerdictMeta("pre-registered; pilot seeds included", +1, "D1-shift across starts", "starts", sesoi=0.03),
     "TP1-starts": VerdictMeta("pre-registered", +1, "TP1 across starts", "starts", sesoi=0.02),
+    # the staleness sweep across the same starts (59d_staleness): declared before its runs, K = 8 fixed
+    **{f"SW-{c}": VerdictMeta("pre-registered", +1, "corrections at lags 4 and 8", "starts", sesoi=0.02)
+       for c in ("TIS", "IcePop", "OPSM", "geometric", "IPO", "M2PO", "DPPO-TV", "DPPO-KL", "asym-clip")},
     **{k: VerdictMeta("pre-registered", +1, "on-policy distillation vs SFT on the teacher's samples and vs GRPO (D3)") for k in ("Distill-vs-SFT", "Distill-vs-RL")},
 }
 

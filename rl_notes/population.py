@@ -148,10 +148,14 @@ class Population:
         self.of = {id(r): i for i, r in enumerate(runs)}
         self.model, self.sel, self.pairs = stack_models([r.gen_model for r in runs])
         self.opt = StackedAdamW([p for _, p in self.pairs], self.P)
+        self.cmodel, self.csel, self.cpairs, self.copt = None, None, [], None
+        if runs[0].critic is not None:   # PPO / VAPO: the members' critics stacked the same way, with an AdamW of their own
+            self.cmodel, self.csel, self.cpairs = stack_models([r.critic for r in runs])
+            self.copt = StackedAdamW([p for _, p in self.cpairs], self.P)
         self.tok = runs[0].tok
         self.cv, self.live, self.requests, self.results = threading.Condition(), set(range(self.P)), {}, {}
-        self.passes = dict(generate=0, logprobs=0, backward=0, clip=0, step=0)   # batched calls made (the speed's source)
-        self.busy = dict(generate=0.0, logprobs=0.0, backward=0.0, clip=0.0, step=0.0, waiting=0.0)   # seconds of the main thread in each
+        self.passes = dict(generate=0, logprobs=0, values=0, backward=0, clip=0, step=0)   # batched calls made (the speed's source)
+        self.busy = dict(generate=0.0, logprobs=0.0, values=0.0, backward=0.0, clip=0.0, step=0.0, waiting=0.0)   # seconds of the main thread in each
 
     # ---- what a member's thread calls (through `Run.generate` / `logprobs` / `backward` and `_optimizer_step`)
     def _call(self, run:Run, kind:str, payload):
@@ -171,24 +175,28 @@ class Population:
     def logprobs(self, run, ro, temperature=None, with_entropy=False, path="auto", share_prompt=False):
         if share_prompt or ro.support is not None: raise ValueError("a population's log-prob pass takes whole rows on the full vocabulary")
         return self._call(run, "logprobs", dict(ro=ro, temperature=ro.temperature if temperature is None else temperature, with_entropy=with_entropy))
+    def values(self, run, ro): return self._call(run, "values", ro)
     def backward(self, run, loss): return self._call(run, "backward", loss)
-    def clip(self, run) -> float: return self._call(run, "clip", run.cfg.max_grad_norm)
-    def step(self, run, opt):
+    def clip(self, run, critic:bool=False) -> float: return self._call(run, "clip", (run.cfg.max_grad_norm, critic))
+    def step(self, run, opt, critic:bool=False):
         g = opt.param_groups[0]
-        return self._call(run, "step", (g["lr"], g["weight_decay"], tuple(g["betas"]), g["eps"]))
-    def zero_grad(self, run):
-        "This member's gradients to zero (its thread is not waiting, so no batched pass is running)."
+        return self._call(run, "step", (g["lr"], g["weight_decay"], tuple(g["betas"]), g["eps"], critic))
+    def zero_grad(self, run, critic:bool=False):
+        "This member's gradients (of its critic when `critic`) to zero (its thread is not waiting, so no batched pass is running)."
         i = self.of[id(run)]
-        for _, p in self.pairs:
+        for _, p in self.cpairs if critic else self.pairs:
             if p.grad is not None: p.grad[i] = 0.0
     @torch.no_grad()
     def sync(self, run):
-        "This member's weights into its own model and its moments into its own AdamW, before its checkpoint (what a single run would save)."
-        i, named = self.of[id(run)], dict(run.policy.named_parameters())
-        for (n, p), m, v in zip(self.pairs, self.opt.exp_avg, self.opt.exp_avg_sq):
-            named[n].copy_(p[i])
-            if self.opt.steps[i]:
-                run.opt.state[named[n]] = {"step": torch.tensor(float(self.opt.steps[i])), "exp_avg": m[i].clone(), "exp_avg_sq": v[i].clone()}
+        "This member's weights into its own models and its moments into its own AdamWs, before its checkpoint (what a single run would save)."
+        i = self.of[id(run)]
+        for model, opt, pairs, st in ((run.policy, run.opt, self.pairs, self.opt), (run.critic, run.copt, self.cpairs, self.copt)):
+            if model is None: continue
+            named = dict(model.named_parameters())
+            for (n, p), m, v in zip(pairs, st.exp_avg, st.exp_avg_sq):
+                named[n].copy_(p[i])
+                if st.steps[i]:
+                    opt.state[named[n]] = {"step": torch.tensor(float(st.steps[i])), "exp_avg": m[i].clone(), "exp_avg_sq": v[i].clone()}
         seed_everything(run.cfg.seed)     # the RNG state a single run saves: nothing in a run draws from the global RNG after its seeding
     def leave(self, i:int):
         with self.cv: self.live.discard(i); self.cv.notify_all()
@@ -216,28 +224,43 @@ def _pop_logprobs(pop:Population, reqs:dict, grad:bool) -> dict:
     cut = lambda x, k, i: x[k * b:(k + 1) * b, :reqs[i]["ro"].response_mask.shape[1]]
     return {i: (tuple(cut(x, k, i) for x in out) if r0["with_entropy"] else cut(out, k, i)) for k, i in enumerate(idx)}
 
+def _pop_values(pop:Population, reqs:dict, grad:bool) -> dict:
+    "One critic pass over the members' rollouts, padded to common widths; each member gets its values at its own response width."
+    idx = sorted(reqs)
+    pop.csel.idx = idx
+    big = cat_rollouts([reqs[i] for i in idx])
+    P, b = big.prompt_len, len(reqs[idx[0]])
+    # the critic reads positions 0, 1, ... from each row's first column (no position ids, as a single run calls it): a member's
+    # rows keep their own, shifted by the z columns of padding the others' longer prompts added on the left
+    z = torch.tensor([P - reqs[i].prompt_len for i in idx]).repeat_interleave(b)[:, None]
+    with torch.set_grad_enabled(grad):
+        v = pop.cmodel(input_ids=big.input_ids, attention_mask=big.attention_mask,
+                       position_ids=torch.arange(big.input_ids.shape[1])[None, :] - z)   # (m*b, P+T)
+    return {i: v[k * b:(k + 1) * b, P - 1:P - 1 + reqs[i].response_mask.shape[1]] for k, i in enumerate(idx)}
+
 @torch.no_grad()
-def _pop_clip(pop:Population, reqs:dict) -> dict:
-    "Each member's gradient norm over all its parameters, and its gradients scaled to at most `max_grad_norm`, as `clip_grad_norm_` does."
+def _pop_clip(pop:Population, reqs:dict, critic:bool) -> dict:
+    "Each member's gradient norm over all its parameters (its critic's when `critic`), and its gradients scaled to at most `max_grad_norm`, as `clip_grad_norm_` does."
     idx = sorted(reqs); ix = torch.tensor(idx)
-    grads = [p.grad for _, p in pop.pairs if p.grad is not None]
+    grads = [p.grad for _, p in (pop.cpairs if critic else pop.pairs) if p.grad is not None]
     norms = torch.stack([torch.linalg.vector_norm(g[ix].reshape(len(idx), -1), dim=1) for g in grads])   # (n params, m)
     total = torch.linalg.vector_norm(norms, dim=0)                                                       # (m,)
-    coef = torch.clamp(torch.tensor([reqs[i] for i in idx], dtype=total.dtype) / (total + 1e-6), max=1.0)
+    coef = torch.clamp(torch.tensor([reqs[i][0] for i in idx], dtype=total.dtype) / (total + 1e-6), max=1.0)
     for g in grads: g[ix] = g[ix] * coef.view(-1, *([1] * (g.dim() - 1)))
     return {i: float(total[k]) for k, i in enumerate(idx)}
 
 def _serve_group(pop:Population, kind:str, reqs:dict, grad:bool) -> dict:
     if kind == "generate": pop.passes[kind] += 1; return _pop_generate(pop, reqs)
     if kind == "logprobs": pop.passes[kind] += 1; return _pop_logprobs(pop, reqs, grad)
+    if kind == "values": pop.passes[kind] += 1; return _pop_values(pop, reqs, grad)
     if kind == "backward":
         pop.passes[kind] += 1; torch.autograd.backward([reqs[i] for i in sorted(reqs)]); return {i: None for i in reqs}
-    if kind == "clip": pop.passes[kind] += 1; return _pop_clip(pop, reqs)
+    if kind == "clip": pop.passes[kind] += 1; return _pop_clip(pop, reqs, next(iter(reqs.values()))[1])
     if kind == "step":
         out = {}
         for args in set(reqs.values()):                                   # one learning rate (one schedule) per step
             ids = sorted(i for i in reqs if reqs[i] == args)
-            pop.passes[kind] += 1; pop.opt.step(ids, *args); out.update({i: None for i in ids})
+            pop.passes[kind] += 1; (pop.copt if args[-1] else pop.opt).step(ids, *args[:-1]); out.update({i: None for i in ids})
         return out
     raise ValueError(f"unknown request {kind!r}")
 
@@ -246,6 +269,8 @@ def _key(kind:str, payload, grad:bool):
     if kind == "generate":
         return (kind, len(payload["prompts"]), payload["group_size"], payload["max_new_tokens"], payload["temperature"], payload["greedy"])
     if kind == "logprobs": return (kind, len(payload["ro"]), payload["temperature"], payload["with_entropy"], grad)
+    if kind == "values": return (kind, len(payload), grad)
+    if kind == "clip": return (kind, payload[1])                           # the policy's and the critic's apart
     return (kind,)
 
 def serve(pop:Population):
@@ -271,6 +296,7 @@ def serve(pop:Population):
                     except BaseException as e1: out[i] = e1
             finally: pop.busy[kind] = pop.busy.get(kind, 0.0) + time.perf_counter() - t1
         pop.sel.idx = None
+        if pop.csel is not None: pop.csel.idx = None
         with pop.cv: pop.results.update(out); pop.cv.notify_all()
 
 # %% ../nbs/38_population.ipynb #p22
@@ -284,7 +310,7 @@ def population_problem(cfgs:list) -> str|None:
         diff = sorted(k for c in cfgs[1:] for k, v in strip(c).items() if v != strip(cfgs[0])[k])
         return f"the configs differ in {sorted(set(diff))}, not only in {list(POPULATION_SAME[:3])}"
     c, a = cfgs[0], cfgs[0].algo
-    off = [n for n, bad in (("a critic (PPO, VAPO)", a.uses_critic), ("a KL reference (beta > 0)", a.beta > 0), ("a teacher", c.teacher is not None),
+    off = [n for n, bad in (("a KL reference (beta > 0)", a.beta > 0), ("a teacher", c.teacher is not None),
                             ("LoRA", bool(c.lora_r)), ("a lagged or low-precision sampler", bool(c.sampler_lag or c.sampler_dtype)),
                             ("mixed precision", c.mixed_precision is not None), ("a dtype other than float32", c.dtype != "float32"),
                             ("top-p / top-k / min-p", c.top_p < 1.0 or bool(c.top_k) or c.min_p > 0.0),

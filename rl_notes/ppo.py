@@ -319,9 +319,10 @@ class ValueModel(nn.Module):
     def forward(self,
                 input_ids:torch.Tensor,  # (B, T) token ids
                 attention_mask:torch.Tensor|None=None,  # (B, T) 1 = real token
+                position_ids:torch.Tensor|None=None,  # (B, T) positions; None: the trunk's own (0, 1, ... for every row)
                ) -> torch.Tensor:
         "Values V(s_t) for every position, (B, T), in float32."
-        h = self.trunk(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state   # (B, T, H)
+        h = self.trunk(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).last_hidden_state   # (B, T, H)
         return self.head(h).squeeze(-1).float()                                                 # (B, T)
 
 def _trunk_of(model:nn.Module) -> nn.Module:

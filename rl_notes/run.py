@@ -107,6 +107,12 @@ class Run:
     def backward(self, loss):
         "Back-propagate `loss` (through the accelerator, or with the population's other losses in one pass)."
         return self.acc.backward(loss) if self.engine is None else self.engine.backward(self, loss)
+    def values(self, ro):
+        "The critic's values at the positions that predict each response token, (B, T): alone, or in the population's batched pass."
+        if self.engine is not None: return self.engine.values(self, ro)
+        P, T = ro.prompt_len, ro.response_mask.shape[1]
+        v = self.critic(input_ids=ro.input_ids, attention_mask=ro.attention_mask)     # (B, P+T)
+        return v[:, P - 1:P - 1 + T]
     def close(self):
         "Close the reporter and release the run directory's lock."
         if self.reporter is not None: self.reporter.close(); self.reporter = None

@@ -107,12 +107,6 @@ def _reward_stats(run:Run, reward:torch.Tensor, per_func:dict, n:float, mt:Meter
 
 
 # %% ../nbs/33_trainer.ipynb #1c0f4ff8
-def _values(critic, ro:Rollout) -> torch.Tensor:
-    "Critic values at the positions that predict each response token, (B, T)."
-    P, T = ro.prompt_len, ro.response_mask.shape[1]
-    v = critic(input_ids=ro.input_ids, attention_mask=ro.attention_mask)     # (B, P+T)
-    return v[:, P - 1:P - 1 + T]
-
 def _own_rows(run:Run, batch:Batch) -> Batch:
     "Unsharded data parallel: every process sampled the global batch; keep this process's groups (sharded: all rows are its own)."
     if run.cfg.shard_rollouts or run.W == 1: return batch
@@ -123,7 +117,7 @@ def advantages(run:Run, batch:Batch, mt:Meter) -> Batch:
     "Critic values at rollout time, then the algorithm's advantages and value targets (`ADVANTAGE_ESTIMATORS`, and a teacher's per token), then this process's rows."
     t0 = time.time()
     if run.critic is not None:
-        with torch.no_grad(): batch.values = _values(run.critic, batch.ro)
+        with torch.no_grad(): batch.values = run.values(batch.ro)
     if run.reference.in_reward:   # PPO-RLHF: r_t = R 1[t = |y|] - beta k_t with the sampler's log-probs; group estimators see the sum
         batch.ref_logp = run.reference.logp(run.policy, run.gen_model, batch.ro)
         batch.kl_reward = run.reference.reward(batch.score, batch.ro, batch.ref_logp, batch.mask)
@@ -181,15 +175,15 @@ def _optimizer_step(run:Run, step:int, what:str, model, opt, loss:torch.Tensor,
                    ) -> float:
     "Backward, gradient clipping, then AdamW; a non-finite loss or gradient norm stops the run before the weights change."
     if backward: run.backward(loss)
-    eng = run.engine                                                          # a population: this run's share of the stacked gradients
-    gn = float(run.acc.clip_grad_norm_(model.parameters(), run.cfg.max_grad_norm)) if eng is None else eng.clip(run)   # the norm of the all-reduced gradient
+    eng, critic = run.engine, model is run.critic                             # a population: this run's share of the stacked gradients
+    gn = float(run.acc.clip_grad_norm_(model.parameters(), run.cfg.max_grad_norm)) if eng is None else eng.clip(run, critic)   # the norm of the all-reduced gradient
     if not (math.isfinite(float(loss.detach())) and math.isfinite(gn)):
         if eng is None: opt.zero_grad(set_to_none=True)
-        else: eng.zero_grad(run)
+        else: eng.zero_grad(run, critic)
         raise TrainingDiverged(f"training diverged at step {step}: the {what} loss is {float(loss.detach()):g} and its gradient norm {gn:g}; "
                                f"the update was not applied and {_kept(run)}. Lower lr (now {run.cfg.lr:g}) or warm up longer")
     if eng is None: opt.step(); opt.zero_grad(set_to_none=True)
-    else: eng.step(run, opt)
+    else: eng.step(run, opt, critic)
     return gn
 
 def _dp_global(run:Run, loss:torch.Tensor, global_mean:bool=True) -> torch.Tensor:
@@ -199,7 +193,7 @@ def _dp_global(run:Run, loss:torch.Tensor, global_mean:bool=True) -> torch.Tenso
 
 def _critic_step(run:Run, step:int, mb:Batch, mask:torch.Tensor, n_tok:float, mt:Meter):
     "One critic update on `mb`: the value loss to `mb.returns`, a token mean over all processes; returns (values (b, T), grad norm)."
-    values = _values(run.critic, mb.ro)                                       # (b, T)
+    values = run.values(mb.ro)                                                 # (b, T)
     vl, _ = value_loss(values, mb.values, mb.returns, mask, clip=run.algo.value_clip, global_tokens=max(n_tok, 1.0))
     vl = _dp_global(run, vl)
     vgn = _optimizer_step(run, step, "value", run.critic, run.copt, vl)
@@ -334,7 +328,7 @@ def value_pretrain_step(run:Run, k:int, mt:Meter):
     batch = _own_rows(run, collect(run, -1 - k, mt))
     n_tok = batch.mask.sum().double()
     if run.reduce is not None: n_tok = run.reduce(n_tok)
-    values = _values(run.critic, batch.ro)                                    # (b, T)
+    values = run.values(batch.ro)                                              # (b, T)
     vl, m = value_pretrain_loss(values, terminal_rewards(batch.score, batch.mask), batch.mask, gamma=run.algo.gamma,
                                 clip=run.algo.value_clip, global_tokens=max(float(n_tok), 1.0))
     vl = _dp_global(run, vl)
