@@ -336,6 +336,7 @@ VERDICT_META = {
     # the staleness sweep across the same starts (59d_staleness): declared before its runs, K = 8 fixed
     **{f"SW-{c}": VerdictMeta("pre-registered", +1, "corrections at lags 4 and 8", "starts", sesoi=0.02)
        for c in ("TIS", "IcePop", "OPSM", "geometric", "IPO", "M2PO", "DPPO-TV", "DPPO-KL", "asym-clip")},
+    **{k: VerdictMeta("pre-registered", +1, "distil then RL vs mixed and vs RL 80", "starts", sesoi=0.02) for k in ("DTR-vs-mixed", "DTR-vs-RL80")},
     **{k: VerdictMeta("pre-registered", +1, "on-policy distillation vs SFT on the teacher's samples and vs GRPO (D3)") for k in ("Distill-vs-SFT", "Distill-vs-RL")},
 }
 
