@@ -44,8 +44,9 @@ def configs(design:str, P:int, steps:int, root:Path) -> list:
         base.pop("progress"); base.pop("threads")
         algo = get_algo("grpo", beta=0.0)
     else: raise ValueError(f"--designs: unknown design {design!r} (D3, D1, V1-long, micro)")
+    from rl_notes.lab import LAB_PATH   # the path a lab worker trains on (the speed levers off), so both sides compute the same run
     return [TrainConfig(model=str(start), algo=algo, task=task, task_kw=task_kw, seed=s, out_dir=str(root / f"s{s}"), progress=False,
-                        threads=1, **base) for s in range(P)]
+                        threads=1, **{**base, **LAB_PATH}) for s in range(P)]
 
 
 def cpu_seconds(f) -> float:
