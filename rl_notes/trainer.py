@@ -14,7 +14,7 @@ from .ppo import value_loss, explained_variance, terminal_rewards
 from .dapo import dynamic_sample, soft_overlong_punishment
 from .vapo import positive_lm_loss, value_pretrain_loss
 from .responses import degenerate_rates
-from .rollout import Rollout, NonFiniteLogits, mix_seed
+from .rollout import NonFiniteLogits, mix_seed
 from .rundir import checkpoint_dirs
 from .trainconfig import TrainConfig, lr_factor, eval_due
 from .algo import Batch, make_batch, POLICY_LOSSES, Tokens, modify_tokens, estimate_advantages, micro_share, micro_parts, take, loss_logs
