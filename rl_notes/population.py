@@ -232,10 +232,11 @@ def _pop_values(pop:Population, reqs:dict, grad:bool) -> dict:
     P, b = big.prompt_len, len(reqs[idx[0]])
     # the critic reads positions 0, 1, ... from each row's first column (no position ids, as a single run calls it): a member's
     # rows keep their own, shifted by the z columns of padding the others' longer prompts added on the left
-    z = torch.tensor([P - reqs[i].prompt_len for i in idx]).repeat_interleave(b)[:, None]
+    dev = big.input_ids.device
+    z = torch.tensor([P - reqs[i].prompt_len for i in idx], device=dev).repeat_interleave(b)[:, None]
     with torch.set_grad_enabled(grad):
         v = pop.cmodel(input_ids=big.input_ids, attention_mask=big.attention_mask,
-                       position_ids=torch.arange(big.input_ids.shape[1])[None, :] - z)   # (m*b, P+T)
+                       position_ids=torch.arange(big.input_ids.shape[1], device=dev)[None, :] - z)   # (m*b, P+T)
     return {i: v[k * b:(k + 1) * b, P - 1:P - 1 + reqs[i].response_mask.shape[1]] for k, i in enumerate(idx)}
 
 @torch.no_grad()
