@@ -149,7 +149,7 @@ FIELD_GROUP = {  # config field -> --help section (TrainConfig and SFTConfig; a 
                      "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "save_adapter", "n_train", "model_cfg", "chars"), "model and data"),
     **dict.fromkeys(("algo", "group_size", "ppo_epochs", "n_minibatches", "distill_coef"), "algorithm"),
     **dict.fromkeys(("max_new_tokens", "temperature", "top_p", "top_k", "min_p", "renormalise_support", "sampler_dtype", "sampler_lag",
-                     "sampler_temperature", "async_generation"), "generation"),
+                     "sampler_temperature", "async_generation", "weight_sync_steps"), "generation"),
     **dict.fromkeys(("steps", "n_prompts", "lr", "critic_lr", "weight_decay", "max_grad_norm", "warmup_steps", "lr_scheduler_type", "min_lr_rate", "warmup_ratio", "seed", "threads", "micro_batch_size", "trim_micro_batches", "compact_generation", "share_prompt", "logprob_path",
                      "shard_rollouts", "batch_size", "warmup"), "optimisation"),
     **dict.fromkeys(("n_eval", "eval_every", "save_every", "save_total_limit", "out_dir", "resume", "overwrite", "accept_changed", "stop_at", "report_to", "progress",

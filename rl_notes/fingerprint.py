@@ -268,6 +268,9 @@ NOT_BEHAVIOUR = {  # fields no micro run needs to set, and why
                    "a micro run setting it would change the rl key",
     "mixed_precision": "TRL's bf16 / fp16: autocast around each forward (`rl_notes.models.autocast_forward`), checked in 24_models and by "
                        "tests/test_cli.py (weights moved at lr 1e-6); a micro run of it would change the rl key",
+    "weight_sync_steps": "the sampler's weights pushed every k updates (`rl_notes.policies.Sampler.version`): checked version by version in 30_policies, "
+                         "and runs with k > 1, synchronous and asynchronous, equal and resume exactly in tests/test_trainer_async.py; a micro run of it "
+                         "would change the offpolicy key",
     "shard_rollouts": "differs from the default only with several processes; the micro runs use one",
     "model": "the micro runs' own checkpoint; a run's starting model is part of its config (its path changes with its SFT key)",
     "logprob_path": "on a CPU, where the micro runs train, 'auto' is the logits path; the hidden-state path is checked against it (1e-5) in 00_core and 25_rollout",

@@ -24,29 +24,46 @@ def _state(m) -> dict:
 
 # %% ../nbs/30_policies.ipynb #2d689453
 class Sampler:
-    "The policy that samples: the learner itself, or a copy in `sampler_dtype` holding the weights of `sampler_lag` updates ago, at `sampler_temperature`."
+    "The policy that samples: the learner itself, or a copy in `sampler_dtype` holding the weights the learner last pushed to it (every `weight_sync_steps` updates) at least `sampler_lag` updates ago, at `sampler_temperature`."
     def __init__(self, cfg:TrainConfig,
                  learner:torch.nn.Module,  # the policy that learns (unwrapped from the accelerator)
                 ):
-        self.lag, self.temperature = cfg.sampler_lag, cfg.sampler_temperature or cfg.temperature
+        self.lag, self.sync, self.temperature = cfg.sampler_lag, cfg.weight_sync_steps, cfg.sampler_temperature or cfg.temperature
         self.differs = sampler_differs(cfg)                      # is mu not pi_old? (then the trainer needs pi_old's log-probs)
         self.anchor = cfg.algo.clip_anchor                       # the ratio's pi_old: the learner's ("learner") or mu ("sampler")
-        self.copy, self.lagged = None, []                        # the copy that samples; the learner's last lag + 1 weights, oldest first
-        if cfg.sampler_dtype or cfg.sampler_lag:
+        self.copy, self.lagged, self.versions, self.n = None, [], [], 0   # the copy; the weights it may still load and their versions; updates made
+        if cfg.sampler_dtype or self.lag or self.sync > 1:
             dt = getattr(torch, cfg.sampler_dtype) if cfg.sampler_dtype else None
             self.copy = copy.deepcopy(learner).eval().requires_grad_(False).to(dtype=dt)
-            if self.lag: self.lagged = [_state(learner)]
+            if self.lag or self.sync > 1: self.lagged, self.versions = [_state(learner)], [0]
+
+    def version(self, n:int) -> int:
+        "The learner's update whose weights sample after `n` updates: the last one pushed (a multiple of `weight_sync_steps`) at least `sampler_lag` updates back."
+        return max(0, n - self.lag) // self.sync * self.sync
+
+    def staleness(self, n:int|None=None) -> int:
+        "Updates between the weights that sample after `n` updates (default: now) and the learner's."
+        n = self.n if n is None else n
+        return n - self.version(n)
+
+    def _weights(self, n:int) -> dict:
+        return self.lagged[self.versions.index(self.version(n))]
 
     def model(self, learner:torch.nn.Module) -> torch.nn.Module:
-        "The model that samples this step: `learner`, or the copy loaded with the weights of `lag` updates ago (cast to its dtype)."
+        "The model that samples this step: `learner`, or the copy loaded with the weights of `version(updates made)` (cast to its dtype)."
         if self.copy is None: return learner
-        self.copy.load_state_dict(self.lagged[0] if self.lag else learner.state_dict())   # copy_ casts to its dtype
+        self.copy.load_state_dict(self._weights(self.n) if self.lagged else learner.state_dict())   # copy_ casts to its dtype
         return self.copy
 
     def next_weights(self) -> dict:
         "The weights `model` will load after the next `after_update`: with a lag of 1 or more the learner has made them already, so the next batch can be sampled while it updates."
         if not self.lag: raise ValueError("Sampler.next_weights: the next step samples the weights this step's update makes (sampler_lag 0)")
-        return self.lagged[1] if len(self.lagged) == self.lag + 1 else self.lagged[0]   # after_update keeps the last lag + 1
+        return self._weights(self.n + 1)
+
+    def ahead(self) -> Sampler:
+        "A view of this sampler one update on (what `model` will load after the next `after_update`), for sampling the next batch while this step learns."
+        s = copy.copy(self); s.lagged, s.versions, s.n = [self.next_weights()], [self.version(self.n + 1)], self.n + 1
+        return s
 
     def old_logp(self, learner_logp:Callable, ro,
                  needed:bool,  # the update takes several optimizer steps per batch (pi_old is not the first pass's pi)
@@ -62,21 +79,32 @@ class Sampler:
         for k, v in mismatch_metrics(old_logp, ro.old_logp, mask).items(): mt.add(f"mismatch/{k}", v, 1)
 
     def after_update(self, learner:torch.nn.Module):
-        "Keep the learner's new weights for the lagged sampler."
-        if self.lag: self.lagged = (self.lagged + [_state(learner)])[-(self.lag + 1):]
+        "Count the update; push the learner's new weights every `weight_sync_steps` updates and drop those no step will load."
+        self.n += 1
+        if not self.lagged: return
+        keep = self.version(self.n)                              # lists rebound, never changed in place: `ahead` views share them
+        kept = [(v, w) for v, w in zip(self.versions, self.lagged) if v >= keep]
+        if self.n % self.sync == 0: kept.append((self.n, _state(learner)))
+        self.versions, self.lagged = [v for v, _ in kept], [w for _, w in kept]
 
     def state(self) -> tuple[dict, dict]:
-        "(JSON extras, tensors) a checkpoint keeps: the lagged weights."
+        "(JSON extras, tensors) a checkpoint keeps: the weights the sampler may still load (and, with `weight_sync_steps` > 1, their versions)."
         if not self.lagged: return {}, {}
-        return {"sampler_lagged": len(self.lagged)}, {f"sampler_lag{k}": sd for k, sd in enumerate(self.lagged)}
+        extra = {"sampler_lagged": len(self.lagged)}
+        if self.sync > 1: extra |= {"sampler_versions": self.versions, "sampler_updates": self.n}
+        return extra, {f"sampler_lag{k}": sd for k, sd in enumerate(self.lagged)}
 
     def tensor_names(self, st:dict) -> tuple:
         "The tensor files `state` wrote into the checkpoint whose state is `st`."
         return tuple(f"sampler_lag{k}" for k in range(st.get("extra", {}).get("sampler_lagged", 0)))
 
-    def restore(self, extra:dict, tensors:dict):
-        "Put back what `state` kept."
-        if self.lag and extra.get("sampler_lagged"): self.lagged = [tensors[f"sampler_lag{k}"] for k in range(extra["sampler_lagged"])]
+    def restore(self, extra:dict, tensors:dict, step:int):
+        "Put back what `state` kept, in the checkpoint of `step` (the updates made)."
+        self.n = step
+        if self.lagged and extra.get("sampler_lagged"):
+            self.lagged = [tensors[f"sampler_lag{k}"] for k in range(extra["sampler_lagged"])]
+            self.versions = extra.get("sampler_versions") or list(range(step - len(self.lagged) + 1, step + 1))   # every update pushed: the last few
+
 
 # %% ../nbs/30_policies.ipynb #a8d9ec9f
 class Reference:

@@ -312,7 +312,7 @@ def population_problem(cfgs:list) -> str|None:
         return f"the configs differ in {sorted(set(diff))}, not only in {list(POPULATION_SAME[:3])}"
     c, a = cfgs[0], cfgs[0].algo
     off = [n for n, bad in (("a KL reference (beta > 0)", a.beta > 0), ("a teacher", c.teacher is not None),
-                            ("LoRA", bool(c.lora_r)), ("a lagged or low-precision sampler", bool(c.sampler_lag or c.sampler_dtype)),
+                            ("LoRA", bool(c.lora_r)), ("a lagged or low-precision sampler", bool(c.sampler_lag or c.sampler_dtype or c.weight_sync_steps > 1)),
                             ("mixed precision", c.mixed_precision is not None), ("a dtype other than float32", c.dtype != "float32"),
                             ("top-p / top-k / min-p", c.top_p < 1.0 or bool(c.top_k) or c.min_p > 0.0),
                             ("micro-batches", bool(c.micro_batch_size)), ("gradient checkpointing", c.gradient_checkpointing),

@@ -307,7 +307,7 @@ def checkpoint_tensor_names(run:Run, st:dict|None) -> tuple:
 def restore_extras(run:Run, st:dict):
     "Put back what `checkpoint_extras` kept."
     ex, ts = st.get("extra", {}), st.get("tensors", {})
-    run.reference.restore(ex, ts); run.sampler.restore(ex, ts); run.bonus.restore(ex, ts)
+    run.reference.restore(ex, ts); run.sampler.restore(ex, ts, st["step"]); run.bonus.restore(ex, ts)
 
 
 # %% ../nbs/31b_run.ipynb #a708d9c7

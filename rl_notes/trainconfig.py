@@ -264,7 +264,7 @@ KEY_LATE = {"logprob_path": "auto", "lr_scheduler_type": "constant", "warmup_rat
             "algo.gate": None, "algo.gate_low": None, "algo.gate_high": None, "teacher": None, "distill_coef": 1.0,
             "algo.entropy_coef": 0.0, "algo.use_adaptive_entropy": False, "algo.entropy_coef_min": 0.0, "algo.entropy_coef_max": 1.0,
             "algo.entropy_coef_delta": 0.005, "algo.entropy_target": 0.2, "algo.flash_delta": 3e-3, "algo.dppo_kind": "binary_tv", "algo.dppo_delta_low": 0.2, "algo.dppo_delta_high": 0.2, "algo.dppo_ratio_cap": None, "algo.m2po_threshold": None, "doctor_every": None, "doctor_stop": False, "mixed_precision": None,
-            "top_p": 1.0, "top_k": 0, "min_p": 0.0, "renormalise_support": True, "min_lr_rate": 0.0}
+            "top_p": 1.0, "top_k": 0, "min_p": 0.0, "renormalise_support": True, "min_lr_rate": 0.0, "weight_sync_steps": 1}
 _ABSENT = object()
 
 def _dotted(d:dict, k:str):
@@ -307,6 +307,7 @@ class TrainConfig:
     renormalise_support: bool = _f(True, help="with top_p / top_k / min_p, the learner's log-probs renormalised on the sampler's support; False: its full-vocabulary log-probs against the sampler's renormalised ones (the naive ratio of a trainer that takes an inference engine's truncated log-probs; for comparison)")
     sampler_dtype: str|None = _f(None, choices=("bfloat16", "float16"), help="sample with a copy of the policy in this dtype (an inference engine's precision); None: the policy itself")
     sampler_lag: int = _f(0, ge=0, help="sample with the policy's weights of this many RL steps ago (an asynchronous pipeline); 0: the current ones")
+    weight_sync_steps: int = _f(1, ge=1, help="push the learner's weights to the sampler every this many updates (TRL's AsyncGRPOConfig name): a batch is then sampler_lag to sampler_lag + weight_sync_steps - 1 updates stale; 1: every update")
     sampler_temperature: float|None = _f(None, gt=0, help="sample at this temperature while the learner's log-probs use `temperature` (a setting the learner does not know); None: the same")
     lr: float = _f(5e-4, ge=0, help="policy AdamW learning rate")
     critic_lr: float = _f(1e-3, ge=0, help="critic AdamW learning rate")
@@ -333,7 +334,7 @@ class TrainConfig:
     n_minibatches: int = _f(1, ge=1, help="optimizer steps per pass")
     micro_batch_size: int|None = _f(None, ge=1, help="responses per forward/backward pass; gradients accumulate over a minibatch's micro-batches before its one optimizer step (TRL: per_device_train_batch_size); None: the whole minibatch at once")
     share_prompt: bool = _f(True, help="each prompt runs once for its group: the sampler prefills it once (`generate(share_prompt=True)`: the same draws) and the policy's log-prob passes run a group's responses on its keys/values (`response_logprobs(share_prompt=True)`): the same values and gradients up to float order; False: one pass over every row (the path of runs made before it was the default)")
-    async_generation: bool = _f(False, help="sample the next step's batch in a thread while this step learns: the sampler runs `sampler_lag` (>= 1; TRL's `max_staleness`) updates behind, so the run computes what the synchronous loop with that lag computes, and resumes exactly")
+    async_generation: bool = _f(False, help="sample the next step's batch in a thread while this step learns: the sampler runs `sampler_lag` (>= 1; TRL's `max_staleness`) updates behind (to sampler_lag + weight_sync_steps - 1), so the run computes what the synchronous loop with that lag and sync computes, and resumes exactly")
     compact_generation: bool = _f(True, help="drop finished responses from the sampler's batch and KV cache once a quarter of it has finished (`generate(compact=True)`): the same draws, the log-probs up to float order; False: the whole batch to the last token")
     trim_micro_batches: bool = _f(True, help="when micro_batch_size is set: sort a minibatch's responses by length into its micro-batches and cut each to its own longest response (the padding after it is never computed); the same loss and gradient up to float order; off when the 80/20 mask or Clip-Cov ranks tokens over the whole minibatch")
     n_train: int|None = _f(20000, ge=1, help="size of the training prompt pool: a task's prompts drawn, a dataset's first rows; None (the command line's default with --dataset): all of a dataset's rows")
@@ -389,8 +390,8 @@ class TrainConfig:
             raise ValueError("TrainConfig.dtype='float16' trains every weight in float16, where AdamW's epsilon (1e-8) underflows to 0 and "
                              "weights with tiny gradients become NaN; use dtype='bfloat16' (--dtype bfloat16) or LoRA (--lora-r R)")
         if self.micro_batch_size and a.loss == "kl_cov": raise ValueError("TrainConfig.micro_batch_size: the kl_cov loss picks its tokens over the whole minibatch and cannot be split; leave it None")
-        if (self.sampler_dtype or self.sampler_lag) and self.lora_r:
-            raise ValueError("TrainConfig.sampler_dtype / sampler_lag copy the policy's full weights; they do not work with LoRA (lora_r > 0)")
+        if (self.sampler_dtype or self.sampler_lag or self.weight_sync_steps > 1) and self.lora_r:
+            raise ValueError("TrainConfig.sampler_dtype / sampler_lag / weight_sync_steps copy the policy's full weights; they do not work with LoRA (lora_r > 0)")
         if a.ref_reset_every and self.lora_r:
             raise ValueError("Algo.ref_reset_every moves the reference's weights; under LoRA the reference is the base model itself, so it cannot move")
         if a.kl_target is not None and 0.2 * self.n_prompts * self.group_size / a.kl_horizon >= 1:
@@ -403,6 +404,8 @@ class TrainConfig:
         if self.async_generation and self.sampler_lag < 1:
             raise ValueError("TrainConfig.async_generation samples the next batch while this step learns, on weights at least one update old: "
                              "set TrainConfig.sampler_lag (--sampler-lag, or max_staleness / --max-staleness) to 1 or more")
+        if self.weight_sync_steps > self.steps:
+            raise ValueError(f"TrainConfig.weight_sync_steps ({self.weight_sync_steps}) must be <= steps ({self.steps}): the sampler would never leave the initial weights")
         if self.sampler_lag > self.steps:
             raise ValueError(f"TrainConfig.sampler_lag ({self.sampler_lag}) must be <= steps ({self.steps}): the sampler would never leave the initial weights")
         if isinstance(self.model, str) and self.model and os.path.isdir(self.model):
@@ -514,7 +517,7 @@ def eval_due(cfg:TrainConfig, step:int) -> bool:
 # %% ../nbs/21_trainconfig.ipynb #4623c947
 # the fields of the sampler/learner gap and of the KL's placement. A run that leaves them all at their defaults computes
 # what it computed before they existed, so `rl_notes.lab.lab_key` leaves them out of its key then
-OFFPOLICY_FIELDS = {"TrainConfig": ("sampler_dtype", "sampler_lag", "sampler_temperature"),
+OFFPOLICY_FIELDS = {"TrainConfig": ("sampler_dtype", "sampler_lag", "sampler_temperature", "weight_sync_steps"),
                     "Algo": ("rs", "rs_low", "rs_high", "opsm_delta", "gate", "gate_low", "gate_high", "clip_anchor", "kl_in_reward", "kl_target", "kl_horizon",
                              "ref_reset_every", "ref_mixup_alpha")}
 
@@ -525,8 +528,8 @@ def offpolicy_settings(cfg:TrainConfig) -> dict:
     return {**out, **{f"algo.{k}": getattr(cfg.algo, k) for k in OFFPOLICY_FIELDS["Algo"] if getattr(cfg.algo, k) != getattr(a0, k)}}
 
 def sampler_differs(cfg:TrainConfig) -> bool:
-    "Does the policy that samples differ from the one that learns (`sampler_dtype`, `sampler_lag`, `sampler_temperature`)?"
-    return bool(cfg.sampler_dtype or cfg.sampler_lag or (cfg.sampler_temperature is not None and cfg.sampler_temperature != cfg.temperature))
+    "Does the policy that samples differ from the one that learns (`sampler_dtype`, `sampler_lag`, `weight_sync_steps`, `sampler_temperature`)?"
+    return bool(cfg.sampler_dtype or cfg.sampler_lag or cfg.weight_sync_steps > 1 or (cfg.sampler_temperature is not None and cfg.sampler_temperature != cfg.temperature))
 
 
 # %% ../nbs/21_trainconfig.ipynb #5b127c5b

@@ -408,10 +408,12 @@ def run_loop(run:Run,  # an opened run (`setup`)
             with _marked(step):
                 t0 = time.time()
                 with _diverged_at(run, step):
-                    if pre is None: mt = Meter(); batch = advantages(run, collect(run, step, mt), mt)   # rollout, rewards, advantages
+                    if pre is None:
+                        mt = Meter(); batch = advantages(run, collect(run, step, mt), mt)   # rollout, rewards, advantages
+                        if cfg.weight_sync_steps > 1: mt.put("staleness", run.sampler.staleness())
                     else:
                         got, mt = pre.take(step); batch = advantages(run, got, mt)
-                        mt.put("staleness", min(cfg.sampler_lag, step - 1))     # updates between the sampler's weights and the learner's
+                        mt.put("staleness", run.sampler.staleness())     # updates between the sampler's weights and the learner's
                         pre.start(step + 1, last)                               # before this update changes the sampler's next weights
                     update(run, step, batch, mt)                          # losses and optimizer steps
                     row = {"step": step, **mt.result(run.acc), **(heldout(run) if eval_due(cfg, step) else {})}
@@ -446,7 +448,7 @@ class Prefetch:
         "Begin sampling step `step`'s batch (nothing after step `last`); call before this step's update changes the sampler's weights."
         if step > last: return
         view = copy.copy(self.run); view.tok = self.tok
-        view.sampler = copy.copy(self.run.sampler); view.sampler.lagged = [self.run.sampler.next_weights()]
+        view.sampler = self.run.sampler.ahead()
         out, mt = {}, Meter()
         def work():
             try: out["batch"] = collect(view, step, mt)

@@ -90,3 +90,45 @@ def test_command_line(cli_cfg):
     assert code == 0 and cfg.async_generation and cfg.sampler_lag == 2, err
     code, _, _, err = cli_cfg("--async-generation")
     assert code == 2 and "sampler_lag" in err
+
+
+@pytest.mark.parametrize("lag", [0, 1])
+def test_weight_sync_steps_async_and_sync(learnt, tmp_path, lag):
+    """Weights pushed to the sampler every 3 updates: a batch is `lag` to `lag` + 2 updates stale, every row logs it, and the
+    asynchronous loop computes the synchronous one (lag 1); with lag 0 the synchronous loop samples on a copy refreshed every 3."""
+    n = 8
+    a = train(TrainConfig(out_dir=str(tmp_path / "sync"), **kw(learnt, sampler_lag=lag, weight_sync_steps=3, steps=n)))
+    want = [(s - 1) - max(0, s - 1 - lag) // 3 * 3 for s in range(1, n + 1)]
+    assert [r["staleness"] for r in a if r["step"] >= 1] == want
+    assert max(want) == lag + 2 and min(want[3:]) == lag                              # lag to lag + 2 once past the start
+    if lag:
+        b = train(TrainConfig(out_dir=str(tmp_path / "async"), **kw(learnt, sampler_lag=lag, weight_sync_steps=3, steps=n, async_generation=True)))
+        same_rows(a, b)
+        assert [r["staleness"] for r in b if r["step"] >= 1] == want
+        wa, wb = weights(tmp_path / "sync"), weights(tmp_path / "async")
+        assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    base = train(TrainConfig(out_dir=str(tmp_path / "every"), **kw(learnt, sampler_lag=lag, steps=n)))
+    assert any(ra.get("loss") != rb.get("loss") for ra, rb in zip(a, base))            # the interval changes the run
+
+
+def test_weight_sync_steps_resumes_exactly(learnt, tmp_path):
+    "Stopped after step 5 (the sampler holding version 3 and the learner's push of update 6 not yet made), then resumed."
+    c = dict(sampler_lag=1, weight_sync_steps=3, async_generation=True, steps=8)
+    full = train(TrainConfig(out_dir=str(tmp_path / "full"), **kw(learnt, **c)))
+    train(TrainConfig(out_dir=str(tmp_path / "cut"), stop_at=5, **kw(learnt, **c)))
+    res = train(TrainConfig(out_dir=str(tmp_path / "cut"), resume=True, **kw(learnt, **c)))
+    same_rows(full, res)
+    assert [r.get("staleness") for r in full] == [r.get("staleness") for r in res]
+    wa, wb = weights(tmp_path / "full"), weights(tmp_path / "cut")
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_weight_sync_settings(cli_cfg):
+    with pytest.raises(ValueError, match="weight_sync_steps"): TrainConfig(model="m", weight_sync_steps=0)
+    with pytest.raises(ValueError, match=r"weight_sync_steps \(20\) must be <= steps"): TrainConfig(model="m", weight_sync_steps=20, steps=10)
+    with pytest.raises(ValueError, match="weight_sync_steps copy"): TrainConfig(model="m", weight_sync_steps=2, lora_r=4)
+    c = dict(model="m", sampler_lag=2, out_dir="x")
+    assert lab_key(TrainConfig(**c)) == lab_key(TrainConfig(weight_sync_steps=1, **c))         # the default keeps the keys made before it existed
+    assert lab_key(TrainConfig(**c)) != lab_key(TrainConfig(weight_sync_steps=2, **c))
+    code, cfg, _, err = cli_cfg("--async-generation", "--max-staleness", "1", "--weight-sync-steps", "4")
+    assert code == 0 and (cfg.sampler_lag, cfg.weight_sync_steps) == (1, 4), err
