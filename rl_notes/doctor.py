@@ -725,9 +725,12 @@ class LiveDoctor:
         if halt and main: print(f"rl_notes doctor: stopping the run at step {step}")
         return halt
 
-def live_doctor(cfg) -> Callable:
+def live_doctor(cfg,
+                keys:set|None=None,  # with `doctor_stop`, only these findings end the run (e.g. {"heldout_gap"}); None: any present one
+               ) -> Callable:
     "The doctor for rl_notes' trainer, from a `TrainConfig`'s `doctor_every` and `doctor_stop`: `train(cfg, doctor=live_doctor(cfg))`."
-    ld = LiveDoctor(Path(cfg.out_dir) / "doctor_findings.jsonl", stop=cfg.doctor_stop, dynamic_sampling=cfg.algo.dynamic_sampling, append=cfg.resume)
+    if keys is not None and not set(keys) <= set(SECTIONS): raise ValueError(f"live_doctor: unknown finding(s) in `keys`: {sorted(set(keys) - set(SECTIONS))}")
+    ld = LiveDoctor(Path(cfg.out_dir) / "doctor_findings.jsonl", stop=cfg.doctor_stop, keys=keys, dynamic_sampling=cfg.algo.dynamic_sampling, append=cfg.resume)
     def hook(rows:list, step:int, main:bool=True) -> bool:
         "After `step`: every `doctor_every` steps, the doctor on the rows so far; True ends the run."
         return bool(cfg.doctor_every) and step % cfg.doctor_every == 0 and ld.check(rows, step, main)
