@@ -24,7 +24,7 @@ def _state(m) -> dict:
 
 # %% ../nbs/30_policies.ipynb #2d689453
 class Sampler:
-    "The policy that samples: the learner itself, or a copy in `sampler_dtype` holding the weights the learner last pushed to it (every `weight_sync_steps` updates) at least `sampler_lag` updates ago, at `sampler_temperature`."
+    "The policy that samples: the learner itself, or a copy in `sampler_dtype` holding weights the learner pushed to it (every `weight_sync_steps` updates) at most `sampler_lag` updates old, at `sampler_temperature`."
     def __init__(self, cfg:TrainConfig,
                  learner:torch.nn.Module,  # the policy that learns (unwrapped from the accelerator)
                 ):
@@ -38,8 +38,8 @@ class Sampler:
             if self.lag or self.sync > 1: self.lagged, self.versions = [_state(learner)], [0]
 
     def version(self, n:int) -> int:
-        "The learner's update whose weights sample after `n` updates: the last one pushed (a multiple of `weight_sync_steps`) at least `sampler_lag` updates back."
-        return max(0, n - self.lag) // self.sync * self.sync
+        "The learner's update whose weights sample after `n` updates: the oldest push (a multiple of `weight_sync_steps`) at most `sampler_lag` updates back, as a sampler that runs as far ahead as the staleness bound allows draws it."
+        return -(-max(0, n - self.lag) // self.sync) * self.sync
 
     def staleness(self, n:int|None=None) -> int:
         "Updates between the weights that sample after `n` updates (default: now) and the learner's."

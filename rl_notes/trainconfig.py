@@ -307,7 +307,7 @@ class TrainConfig:
     renormalise_support: bool = _f(True, help="with top_p / top_k / min_p, the learner's log-probs renormalised on the sampler's support; False: its full-vocabulary log-probs against the sampler's renormalised ones (the naive ratio of a trainer that takes an inference engine's truncated log-probs; for comparison)")
     sampler_dtype: str|None = _f(None, choices=("bfloat16", "float16"), help="sample with a copy of the policy in this dtype (an inference engine's precision); None: the policy itself")
     sampler_lag: int = _f(0, ge=0, help="sample with the policy's weights of this many RL steps ago (an asynchronous pipeline); 0: the current ones")
-    weight_sync_steps: int = _f(1, ge=1, help="push the learner's weights to the sampler every this many updates (TRL's AsyncGRPOConfig name): a batch is then sampler_lag to sampler_lag + weight_sync_steps - 1 updates stale; 1: every update")
+    weight_sync_steps: int = _f(1, ge=1, help="push the learner's weights to the sampler every this many updates (TRL's AsyncGRPOConfig name); a batch stays at most sampler_lag updates old (max_staleness), in a cycle from sampler_lag - weight_sync_steps + 1; 1: every update")
     sampler_temperature: float|None = _f(None, gt=0, help="sample at this temperature while the learner's log-probs use `temperature` (a setting the learner does not know); None: the same")
     lr: float = _f(5e-4, ge=0, help="policy AdamW learning rate")
     critic_lr: float = _f(1e-3, ge=0, help="critic AdamW learning rate")
@@ -334,7 +334,7 @@ class TrainConfig:
     n_minibatches: int = _f(1, ge=1, help="optimizer steps per pass")
     micro_batch_size: int|None = _f(None, ge=1, help="responses per forward/backward pass; gradients accumulate over a minibatch's micro-batches before its one optimizer step (TRL: per_device_train_batch_size); None: the whole minibatch at once")
     share_prompt: bool = _f(True, help="each prompt runs once for its group: the sampler prefills it once (`generate(share_prompt=True)`: the same draws) and the policy's log-prob passes run a group's responses on its keys/values (`response_logprobs(share_prompt=True)`): the same values and gradients up to float order; False: one pass over every row (the path of runs made before it was the default)")
-    async_generation: bool = _f(False, help="sample the next step's batch in a thread while this step learns: the sampler runs `sampler_lag` (>= 1; TRL's `max_staleness`) updates behind (to sampler_lag + weight_sync_steps - 1), so the run computes what the synchronous loop with that lag and sync computes, and resumes exactly")
+    async_generation: bool = _f(False, help="sample the next step's batch in a thread while this step learns: the sampler runs `sampler_lag` (>= 1; TRL's `max_staleness`) updates behind (sampler_lag - weight_sync_steps + 1 to sampler_lag), so the run computes what the synchronous loop with that lag and sync computes, and resumes exactly")
     compact_generation: bool = _f(True, help="drop finished responses from the sampler's batch and KV cache once a quarter of it has finished (`generate(compact=True)`): the same draws, the log-probs up to float order; False: the whole batch to the last token")
     trim_micro_batches: bool = _f(True, help="when micro_batch_size is set: sort a minibatch's responses by length into its micro-batches and cut each to its own longest response (the padding after it is never computed); the same loss and gradient up to float order; off when the 80/20 mask or Clip-Cov ranks tokens over the whole minibatch")
     n_train: int|None = _f(20000, ge=1, help="size of the training prompt pool: a task's prompts drawn, a dataset's first rows; None (the command line's default with --dataset): all of a dataset's rows")
@@ -404,6 +404,10 @@ class TrainConfig:
         if self.async_generation and self.sampler_lag < 1:
             raise ValueError("TrainConfig.async_generation samples the next batch while this step learns, on weights at least one update old: "
                              "set TrainConfig.sampler_lag (--sampler-lag, or max_staleness / --max-staleness) to 1 or more")
+        if self.weight_sync_steps > 1 and self.sampler_lag < (need := self.weight_sync_steps - (0 if self.async_generation else 1)):
+            raise ValueError(f"TrainConfig.weight_sync_steps ({self.weight_sync_steps}) pushes the weights every {self.weight_sync_steps} updates, so a batch is "
+                             f"up to {need} updates old{' while the next is sampled during this update' if self.async_generation else ''}: set "
+                             f"sampler_lag (max_staleness, the most a batch may be; --max-staleness) to {need} or more, or lower weight_sync_steps")
         if self.weight_sync_steps > self.steps:
             raise ValueError(f"TrainConfig.weight_sync_steps ({self.weight_sync_steps}) must be <= steps ({self.steps}): the sampler would never leave the initial weights")
         if self.sampler_lag > self.steps:

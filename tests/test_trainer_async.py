@@ -92,28 +92,28 @@ def test_command_line(cli_cfg):
     assert code == 2 and "sampler_lag" in err
 
 
-@pytest.mark.parametrize("lag", [0, 1])
-def test_weight_sync_steps_async_and_sync(learnt, tmp_path, lag):
-    """Weights pushed to the sampler every 3 updates: a batch is `lag` to `lag` + 2 updates stale, every row logs it, and the
-    asynchronous loop computes the synchronous one (lag 1); with lag 0 the synchronous loop samples on a copy refreshed every 3."""
+@pytest.mark.parametrize("lag,sync,asynchronous", [(3, 3, True), (1, 2, False)])
+def test_weight_sync_steps_async_and_sync(learnt, tmp_path, lag, sync, asynchronous):
+    """Weights pushed to the sampler every `sync` updates, a batch at most `lag` updates old (max_staleness): past the start it
+    is `lag` - `sync` + 1 to `lag` updates stale, every row logs it, and the asynchronous loop computes the synchronous one."""
     n = 8
-    a = train(TrainConfig(out_dir=str(tmp_path / "sync"), **kw(learnt, sampler_lag=lag, weight_sync_steps=3, steps=n)))
-    want = [(s - 1) - max(0, s - 1 - lag) // 3 * 3 for s in range(1, n + 1)]
+    a = train(TrainConfig(out_dir=str(tmp_path / "sync"), **kw(learnt, sampler_lag=lag, weight_sync_steps=sync, steps=n)))
+    want = [(s - 1) - -(-max(0, s - 1 - lag) // sync) * sync for s in range(1, n + 1)]
     assert [r["staleness"] for r in a if r["step"] >= 1] == want
-    assert max(want) == lag + 2 and min(want[3:]) == lag                              # lag to lag + 2 once past the start
-    if lag:
-        b = train(TrainConfig(out_dir=str(tmp_path / "async"), **kw(learnt, sampler_lag=lag, weight_sync_steps=3, steps=n, async_generation=True)))
+    assert max(want) == lag and min(want[lag:]) == lag - sync + 1                           # bounded by max_staleness, in a cycle
+    if asynchronous:
+        b = train(TrainConfig(out_dir=str(tmp_path / "async"), **kw(learnt, sampler_lag=lag, weight_sync_steps=sync, steps=n, async_generation=True)))
         same_rows(a, b)
         assert [r["staleness"] for r in b if r["step"] >= 1] == want
         wa, wb = weights(tmp_path / "sync"), weights(tmp_path / "async")
         assert all(torch.equal(wa[k], wb[k]) for k in wa)
     base = train(TrainConfig(out_dir=str(tmp_path / "every"), **kw(learnt, sampler_lag=lag, steps=n)))
-    assert any(ra.get("loss") != rb.get("loss") for ra, rb in zip(a, base))            # the interval changes the run
+    assert any(ra.get(k) != rb.get(k) for ra, rb in zip(a, base) for k in ("grad_norm", "reward"))   # the interval changes the run
 
 
 def test_weight_sync_steps_resumes_exactly(learnt, tmp_path):
-    "Stopped after step 5 (the sampler holding version 3 and the learner's push of update 6 not yet made), then resumed."
-    c = dict(sampler_lag=1, weight_sync_steps=3, async_generation=True, steps=8)
+    "Stopped after step 5 (the sampler on version 3, the learner's push of update 6 not yet made), then resumed."
+    c = dict(sampler_lag=3, weight_sync_steps=3, async_generation=True, steps=8)
     full = train(TrainConfig(out_dir=str(tmp_path / "full"), **kw(learnt, **c)))
     train(TrainConfig(out_dir=str(tmp_path / "cut"), stop_at=5, **kw(learnt, **c)))
     res = train(TrainConfig(out_dir=str(tmp_path / "cut"), resume=True, **kw(learnt, **c)))
@@ -125,10 +125,14 @@ def test_weight_sync_steps_resumes_exactly(learnt, tmp_path):
 
 def test_weight_sync_settings(cli_cfg):
     with pytest.raises(ValueError, match="weight_sync_steps"): TrainConfig(model="m", weight_sync_steps=0)
-    with pytest.raises(ValueError, match=r"weight_sync_steps \(20\) must be <= steps"): TrainConfig(model="m", weight_sync_steps=20, steps=10)
-    with pytest.raises(ValueError, match="weight_sync_steps copy"): TrainConfig(model="m", weight_sync_steps=2, lora_r=4)
+    with pytest.raises(ValueError, match=r"weight_sync_steps \(20\) must be <= steps"): TrainConfig(model="m", weight_sync_steps=20, sampler_lag=20, steps=10)
+    with pytest.raises(ValueError, match="weight_sync_steps copy"): TrainConfig(model="m", weight_sync_steps=2, sampler_lag=2, lora_r=4)
+    with pytest.raises(ValueError, match="set sampler_lag .* to 3 or more"): TrainConfig(model="m", weight_sync_steps=3, sampler_lag=1, async_generation=True)
+    with pytest.raises(ValueError, match="set sampler_lag .* to 2 or more"): TrainConfig(model="m", weight_sync_steps=3)
     c = dict(model="m", sampler_lag=2, out_dir="x")
     assert lab_key(TrainConfig(**c)) == lab_key(TrainConfig(weight_sync_steps=1, **c))         # the default keeps the keys made before it existed
     assert lab_key(TrainConfig(**c)) != lab_key(TrainConfig(weight_sync_steps=2, **c))
-    code, cfg, _, err = cli_cfg("--async-generation", "--max-staleness", "1", "--weight-sync-steps", "4")
-    assert code == 0 and (cfg.sampler_lag, cfg.weight_sync_steps) == (1, 4), err
+    code, cfg, _, err = cli_cfg("--async-generation", "--max-staleness", "4", "--weight-sync-steps", "4")
+    assert code == 0 and (cfg.sampler_lag, cfg.weight_sync_steps) == (4, 4), err
+    code, _, _, err = cli_cfg("--async-generation", "--max-staleness", "1", "--weight-sync-steps", "4")
+    assert code == 2 and "max_staleness" in err
