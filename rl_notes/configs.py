@@ -8,8 +8,9 @@ import os, re, math, types, typing, warnings, functools, dataclasses
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['TRL_NAMES', 'TRL_LOSSES', 'TRL_OTHER', 'GRPO_DEFAULTS', 'ConfigError', 'field_error', 'validate_config', 'TrlName',
-           'from_trl', 'TrlOther', 'trl_config_options', 'trl_batch', 'unlink_link', 'open_append']
+__all__ = ['TRL_NAMES', 'TRL_LOSSES', 'TRL_OTHER', 'GRPO_DEFAULTS', 'ConfigError', 'field_error', 'validate_config', 'setting',
+           'known_fields', 'TrlName', 'from_trl', 'TrlOther', 'trl_config_options', 'trl_batch', 'unlink_link',
+           'open_append']
 
 # %% ../nbs/20_configs.ipynb #4b04b03e
 class ConfigError(ValueError):
@@ -105,6 +106,17 @@ def validate_config(cfg) -> None:
             raise ConfigError(f"{cls}.{f.name} {err if err.startswith('must') else 'must be ' + err}, got {v!r}")
         if dataclasses.is_dataclass(v) and not isinstance(v, type): validate_config(v)
 
+# %% ../nbs/20_configs.ipynb #cf02
+def setting(default, **rules):
+    "A dataclass field with a default and the rules (ge, gt, le, lt, choices, check) that `validate_config` enforces."
+    return dataclasses.field(default=default, metadata=rules)
+
+def known_fields(cls, d:dict) -> dict:
+    "`d`, once every key is known to be a field of the dataclass `cls` (a ValueError names the others)."
+    bad = set(d) - {f.name for f in dataclasses.fields(cls)}
+    if bad: raise ValueError(f"unknown {cls.__name__} field(s) {sorted(bad)}; valid: {', '.join(f.name for f in dataclasses.fields(cls))}")
+    return d
+
 # %% ../nbs/20_configs.ipynb #91bded75
 class TrlName(typing.NamedTuple):
     "Where one of TRL GRPOConfig's options goes in rl_notes."
@@ -171,7 +183,7 @@ TRL_NAMES = {  # GRPOConfig name -> `TrlName`
     "entropy_target": TrlName("Algo", "entropy_target", note="nats per token over the tokens the bonus acts on; TRL's default 0.2 engages only near a collapse"),
     **{n: TrlName("Algo", n) for n in ("sapo_temperature_pos", "sapo_temperature_neg", "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")},
 }
-TRL_LOSSES = {"sapo": "sapo", "vespo": "vespo"}  # TRL's loss_type values that are a loss of their own (`rl_notes.algo.POLICY_LOSSES`) besides an aggregation
+TRL_LOSSES = {"sapo": "sapo", "vespo": "vespo"}  # TRL's loss_type values that are a loss of their own (`rl_notes.losses.POLICY_LOSSES`) besides an aggregation
 
 def from_trl(cls:str,  # "TrainConfig" or "Algo": the config `d` is for
              fields:list[str],  # its field names

@@ -316,7 +316,7 @@ from .trainconfig import Algo, get_algo
 from .run import setup
 from .trainer import collect, advantages, update, minibatch_plan
 from .report import Meter
-from .algo import POLICY_LOSSES
+from .losses import POLICY_LOSSES
 from .rollout import response_logprobs
 
 def arm_cfgs(model,  # the SFT start (a checkpoint directory)

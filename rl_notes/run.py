@@ -20,7 +20,7 @@ from .checkpoint import CheckpointError
 from .cache import cache_dir, content_sha256
 from .trainconfig import (Algo, TrainConfig, RUN_CONTROL, PATH_FIELDS, late_absent, absolute_paths, dataset_label, reward_file,
                                   content_changes, paths_read, lr_factor, dir_problem, check_extras, warn_tiny_defaults, warn_low_precision)
-from .algo import EntropyBonus
+from .losses import EntropyBonus
 from .report import Reporter
 from .policies import Sampler, Reference, Teacher, teacher_dir
 
@@ -80,7 +80,7 @@ class Run:
     sampler: Sampler|None = None  # the policy that samples (`rl_notes.policies.Sampler`): the learner, or a copy in another dtype / lagging
     reference: Reference|None = None  # the reference of the KL term and its coefficient (`rl_notes.policies.Reference`)
     teacher: Teacher|None = None  # on-policy distillation's teacher (`rl_notes.policies.Teacher`; without `teacher`: one that does nothing)
-    bonus: EntropyBonus|None = None  # the entropy bonus of the policy loss, its coefficient fixed or adaptive (`rl_notes.algo.EntropyBonus`)
+    bonus: EntropyBonus|None = None  # the entropy bonus of the policy loss, its coefficient fixed or adaptive (`rl_notes.losses.EntropyBonus`)
     engine: object = None  # None: this run computes alone; else the population that batches its model passes with others' (`rl_notes.population`)
     inputs: Inputs|None = None  # what the run reads, resolved once (`resolve_inputs`)
 

@@ -17,7 +17,7 @@ from .responses import degenerate_rates
 from .rollout import NonFiniteLogits, mix_seed
 from .rundir import checkpoint_dirs
 from .trainconfig import TrainConfig, lr_factor, eval_due
-from .algo import Batch, make_batch, POLICY_LOSSES, Tokens, modify_tokens, estimate_advantages, micro_share, micro_parts, take, loss_logs
+from .losses import Batch, make_batch, POLICY_LOSSES, Tokens, modify_tokens, estimate_advantages, micro_share, micro_parts, take, loss_logs
 from .report import Meter, MODEL_DIR, export_model, export_step, export_intact, recover_model, TrainResult, named_row, heldout_eval
 from .run import Run, setup, together, checkpoint_extras
 

@@ -9,7 +9,7 @@ import torch
 import trl
 from .family import rloo_advantages, reinforce_pp_advantages, batch_mean_advantages
 import warnings
-from .algo import POLICY_LOSSES
+from .losses import POLICY_LOSSES
 from .offpolicy import GATE_PRESETS, gate as offpolicy_gate
 from .trainconfig import get_algo
 

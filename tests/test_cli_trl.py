@@ -89,7 +89,7 @@ def test_delta_is_the_dual_clip(cli_cfg):
 
 def test_delta_loss_equals_trl_two_sided_clip():
     "TRL's two-sided clip (grpo_trainer.py `_compute_loss`: coef_1 capped at delta in the unclipped term) and rl_notes' dual clip: same loss and gradient."
-    from rl_notes.algo import POLICY_LOSSES
+    from rl_notes.losses import POLICY_LOSSES
     g = torch.Generator().manual_seed(0)
     B, T, eps, delta = 6, 5, 0.2, 1.5
     logp = (torch.randn(B, T, generator=g) * 0.6 - 1).requires_grad_()
@@ -114,7 +114,7 @@ def test_delta_loss_equals_trl_two_sided_clip():
 @pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean"])
 def test_sequence_level_equals_trl(agg):
     "importance_sampling_level='sequence' (one ratio per response, exp of the mean token log-ratio, as (B, 1)) and rl_notes' gspo loss."
-    from rl_notes.algo import POLICY_LOSSES
+    from rl_notes.losses import POLICY_LOSSES
     g = torch.Generator().manual_seed(1)
     B, T = 6, 5
     logp = (torch.randn(B, T, generator=g) * 0.3 - 1).requires_grad_()
@@ -281,7 +281,7 @@ def test_batch_options_on_the_command_line(cli_cfg):
 
 def test_scale_rewards_batch_is_trls():
     assert get_algo("grpo", scale_rewards="batch").adv == "group-batch"
-    from rl_notes.algo import ADVANTAGE_ESTIMATORS, Batch
+    from rl_notes.losses import ADVANTAGE_ESTIMATORS, Batch
     r = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0])
     b = Batch.__new__(Batch); b.score, b.group_size = r, 4
     adv, _ = ADVANTAGE_ESTIMATORS["group-batch"](None, b)
@@ -371,7 +371,7 @@ def trl_compute_loss(loss_type, logp, old, adv, mask, algo, level="token", delta
     ("vespo", "token", dict()), ("vespo", "token", dict(vespo_k_pos=1.0, vespo_lambda_pos=1.5, vespo_k_neg=0.5, vespo_lambda_neg=4.0))])
 def test_losses_equal_trls_code_path(loss_type, level, kw):
     "rl_notes' loss for TRL's loss_type / importance_sampling_level / delta / sapo and vespo settings, against TRL's _compute_loss: value and gradient."
-    from rl_notes.algo import POLICY_LOSSES
+    from rl_notes.losses import POLICY_LOSSES
     algo = get_algo("trl", loss_type=loss_type, importance_sampling_level=level, **kw)
     g = torch.Generator().manual_seed(7)
     B, T = 8, 6

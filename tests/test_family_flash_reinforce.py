@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 from rl_notes.family import batch_mean_advantages, flash_reinforce_loss, sampled_binary_kl, nll_loss
 from rl_notes.core import agg_loss
 from rl_notes.offpolicy import token_divergence
-from rl_notes.algo import ADVANTAGE_ESTIMATORS, POLICY_LOSSES, GROUP_FREE_ESTIMATORS, loss_logs
+from rl_notes.losses import ADVANTAGE_ESTIMATORS, POLICY_LOSSES, GROUP_FREE_ESTIMATORS, loss_logs
 from rl_notes.trainconfig import PRESETS, PRESET_TRAIN, TrainConfig, get_algo, trl_config, KEY_LATE
 from rl_notes.configs import ConfigError
 

@@ -62,7 +62,7 @@ INDEPENDENT = {"L3 loops"}  # rows with this label do not import each other (eac
 HEAVY = {"transformers", "datasets", "pyarrow", "accelerate", "gymnasium", "matplotlib", "trl", "peft", "math_verify", "trackio", "wandb", "tensorboard",
          "torch.utils.tensorboard"}  # top-level packages, or a dotted module (that module and its submodules)
 LAZY_L4 = {"torch", PKG}  # the CLI imports these inside its commands so that `--help` stays fast
-LAZY_SETTINGS = {"trainconfig"}  # the settings the CLI imports for --help: they import torch-bearing rl_notes modules inside their checks only
+LAZY_SETTINGS = {"trainconfig", "algo"}  # the settings the CLI imports for --help: they import torch-bearing rl_notes modules inside their checks only (algo: and on first use of a table)
 # modules held to less than their layer allows: (third-party packages, rl_notes modules) they may import
 ONLY = {"analysis": ({"numpy", "matplotlib"}, set()),  # run analysis: reads metrics.jsonl, imports nothing of training
         "runlogs": ({"numpy"}, {"responses"}),   # reads a run's logs (rl_notes, TRL, verl, CSV, TensorBoard, W&B): no torch, no training code
@@ -236,7 +236,7 @@ def test_readme_picture_is_drawn_from_the_table():
 def test_table_reader():
     layers, groups, third = read_tables()
     assert layers[0] == ["core", "rope", "responses"] and layers[4][-2:] == ["cli", "trl_trainer"]
-    assert layers[2][:5] == ["configs", "trainconfig", "data", "tasks", "models"] and groups["sft"] == "L3 loops" and groups["lab"] == "L3 lab"
+    assert layers[2][:5] == ["configs", "algo", "trainconfig", "data", "tasks"] and groups["sft"] == "L3 loops" and groups["lab"] == "L3 lab"
     assert third[0] == {"torch"} and third[4] is None and "transformers" in third[2] and "os" not in third[1]
     # a new module is a new row: here one between the loops and the lab
     text = _map_text().replace("| L3 lab | `37_lab` |", "| L3 lab | `16a_new` | `rl_notes.newmod` | a new room |\n| L3 lab | `37_lab` |")

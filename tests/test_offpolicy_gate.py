@@ -25,7 +25,7 @@ from rl_notes.core import masked_mean
 from rl_notes.family import tis_weights
 from rl_notes.offpolicy import (GATE_AGGS, GATE_METRICS, GATE_PRESETS, GATE_READS_ADV, gate, opsm_mask, rejection_mask,
                                 token_divergence)
-from rl_notes.algo import Tokens, algo_gates, modify_tokens
+from rl_notes.losses import Tokens, algo_gates, modify_tokens
 from rl_notes.trainconfig import get_algo
 
 torch.set_num_threads(1)
@@ -137,7 +137,7 @@ def test_the_binary_divergences_bound_the_full_ones():
 # ---- the trainer's corrections, through the gate, compute what the functions they replaced computed
 
 def _old_modifiers(algo, t):
-    "The advantages after tis, rs and opsm as `rl_notes.algo` computed them before `gate`: the functions of 15_family and 16_offpolicy."
+    "The advantages after tis, rs and opsm as `rl_notes.losses` computed them before `gate`: the functions of 15_family and 16_offpolicy."
     adv = t.adv[:, None].expand(t.mask.shape) if t.adv.dim() == 1 else t.adv
     if algo.tis is not None:
         level, mode = algo.tis.split("_")

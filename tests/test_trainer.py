@@ -7,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 from rl_notes.trainconfig import TrainConfig, Algo, get_algo, PRESETS, RUN_CONTROL
 from rl_notes.trainer import train, setup
 from rl_notes.report import Meter
-from rl_notes.algo import ADVANTAGE_ESTIMATORS
+from rl_notes.losses import ADVANTAGE_ESTIMATORS
 from rl_notes.configs import ConfigError
 from rl_notes.rundir import MetricsLog, RunLock
 from rl_notes.checkpoint import CheckpointError, rng_state, set_rng_state, optim_to_safetensors, optim_from_safetensors

@@ -2,7 +2,7 @@
 gradient as the untrimmed step, up to float order; the rows and the widths are checked directly."""
 import pytest
 import torch
-from rl_notes.algo import Batch, micro_parts, take
+from rl_notes.losses import Batch, micro_parts, take
 from rl_notes.rollout import Rollout
 from rl_notes.trainconfig import TrainConfig, get_algo
 from rl_notes.trainer import train

@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 trl = pytest.importorskip("trl")
-from rl_notes.algo import EntropyBonus, POLICY_LOSSES, Tokens, modify_tokens
+from rl_notes.losses import EntropyBonus, POLICY_LOSSES, Tokens, modify_tokens
 from rl_notes.cli import main
 from rl_notes.core import logprobs_from_hidden
 from rl_notes.family import adapt_entropy_coef

@@ -1,6 +1,6 @@
 "A loss added from outside the library: registered in this file alone, picked by `Algo(loss=...)`, and trained for a step by the trainer."
 import pytest, torch
-from rl_notes.algo import register_policy_loss, register_adv_est, POLICY_LOSSES, LOSS_LOGS, ADVANTAGE_ESTIMATORS, CRITIC_ESTIMATORS
+from rl_notes.losses import register_policy_loss, register_adv_est, POLICY_LOSSES, LOSS_LOGS, ADVANTAGE_ESTIMATORS, CRITIC_ESTIMATORS
 from rl_notes.trainconfig import Algo, TrainConfig
 
 
