@@ -8,7 +8,8 @@ import json, re, time, hashlib, platform, tempfile, contextlib, dataclasses, imp
 from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
-from .trainconfig import Algo, TrainConfig, PRESETS, RUN_CONTROL, get_algo
+from .trainconfig import TrainConfig, RUN_CONTROL
+from .algo import Algo, PRESETS, get_algo
 from .trainer import train
 from .sft import SFTConfig, sft_train
 from .models import load_model, quiet_hf

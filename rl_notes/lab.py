@@ -312,7 +312,7 @@ import contextlib, dataclasses, tempfile
 from dataclasses import dataclass, field
 import numpy as np
 import torch
-from .trainconfig import Algo, get_algo
+from .algo import Algo, get_algo
 from .run import setup
 from .trainer import collect, advantages, update, minibatch_plan
 from .report import Meter

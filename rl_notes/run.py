@@ -18,7 +18,8 @@ from .rollout import generate, response_logprobs
 from .rundir import RunDir, RunLock, run_mode
 from .checkpoint import CheckpointError
 from .cache import cache_dir, content_sha256
-from .trainconfig import (Algo, TrainConfig, RUN_CONTROL, PATH_FIELDS, late_absent, absolute_paths, dataset_label, reward_file,
+from .algo import Algo
+from .trainconfig import (TrainConfig, RUN_CONTROL, PATH_FIELDS, late_absent, absolute_paths, dataset_label, reward_file,
                                   content_changes, paths_read, lr_factor, dir_problem, check_extras, warn_tiny_defaults, warn_low_precision)
 from .losses import EntropyBonus
 from .report import Reporter

@@ -11,7 +11,7 @@ from .family import rloo_advantages, reinforce_pp_advantages, batch_mean_advanta
 import warnings
 from .losses import POLICY_LOSSES
 from .offpolicy import GATE_PRESETS, gate as offpolicy_gate
-from .trainconfig import get_algo
+from .algo import get_algo
 
 # %% auto #0
 __all__ = ['TRL_WRITTEN_FOR', 'RL_LOSSES', 'ESTIMATORS', 'check_trl', 'GRPOConfig', 'GRPOTrainer']
