@@ -8,7 +8,7 @@ import argparse, dataclasses, functools, json, os, platform, re, signal, stat, s
 from pathlib import Path
 from typing import NamedTuple
 from .trainconfig import PRESET_TRAIN, TrainConfig, SFTConfig  # the settings: they import no torch (a test checks)
-from .algo import PRESETS, Algo
+from .algo import PRESETS, Algo, get_algo
 
 
 # %% auto #0
@@ -554,7 +554,6 @@ def _defaults_line(a, cfg) -> str:
 def _train(a) -> int:
     "`rl_notes train`: the config from the options (unset ones keep `TrainConfig`'s defaults), then `train` under accelerate."
     from rl_notes.trainconfig import TrainConfig  # heavy: torch and transformers
-    from rl_notes.algo import get_algo
     from rl_notes.trainer import train  # heavy: torch and transformers
     from accelerate import Accelerator  # heavy: loads torch.distributed
     _scored(a.dataset, a.reward, a.task)
