@@ -136,3 +136,12 @@ def test_weight_sync_settings(cli_cfg):
     assert code == 0 and (cfg.sampler_lag, cfg.weight_sync_steps) == (4, 4), err
     code, _, _, err = cli_cfg("--async-generation", "--max-staleness", "1", "--weight-sync-steps", "4")
     assert code == 2 and "max_staleness" in err
+
+
+def test_an_async_trl_config_file(cli_cfg, tmp_path):
+    "An AsyncGRPOConfig's options in a --config file: max_staleness and weight_sync_steps land on their fields."
+    import json
+    p = tmp_path / "async.json"
+    p.write_text(json.dumps({"learning_rate": 1e-6, "num_generations": 4, "max_staleness": 2, "weight_sync_steps": 2}))
+    code, cfg, _, err = cli_cfg("--config", p, "--async-generation")
+    assert code == 0 and (cfg.sampler_lag, cfg.weight_sync_steps, cfg.async_generation, cfg.group_size) == (2, 2, True, 4), err
