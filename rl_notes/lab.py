@@ -5,6 +5,7 @@
 # %% ../nbs/37_lab.ipynb #60f7c482
 from __future__ import annotations
 import json, sys, time, hashlib, subprocess
+import numpy as np
 from pathlib import Path
 from safetensors.torch import load_model as st_load_model
 from .trainconfig import TrainConfig, RUN_CONTROL, KEY_LATE, OFFPOLICY_FIELDS, offpolicy_settings
@@ -23,9 +24,9 @@ from .configs import open_append
 
 # %% auto #0
 __all__ = ['LAB_LOCK', 'LAB_BUSY', 'LAB_PATH', 'SFT_STATE', 'designs', 'start_hash', 'run_starts', 'lab_code', 'lab_key',
-           'lab_done', 'lab_job', 'lab_population_job', 'lab_paths', 'lab_runs', 'sft_key', 'sft_cache_path',
-           'sft_warm_start', 'lab_policy', 'lab_eval', 'lab_rekey', 'lab_dir', 'arm_cfgs', 'lab_pass1',
-           'upper_clip_log', 'same_batch_updates', 'final_values', 'Design']
+           'lab_done', 'lab_job', 'lab_population_job', 'lab_paths', 'lab_runs', 'arms_on_starts', 'sft_key',
+           'sft_cache_path', 'sft_warm_start', 'lab_policy', 'lab_eval', 'lab_rekey', 'lab_dir', 'arm_cfgs',
+           'lab_pass1', 'upper_clip_log', 'same_batch_updates', 'final_values', 'Design']
 
 # %% ../nbs/37_lab.ipynb #7beb11b5
 LAB_LOCK = ".lab.lock"  # the lock `lab_job` holds on a run directory while it works there
@@ -201,6 +202,31 @@ def lab_runs(cfgs:list,  # configs (`rl_notes.trainer.TrainConfig`); their out_d
     return [RunDir(o).metrics.read() for o in jobs]
 
 
+# %% ../nbs/37_lab.ipynb #arms01
+def arms_on_starts(starts:dict,  # {SFT seed: checkpoint directory}: independently trained starts
+                   arms:dict,  # {arm: (Algo, the TrainConfig fields of its own)}
+                   seeds,  # the RL seeds, the same on every start and arm (the arms are paired within a start)
+                   metric,  # metric(cfg, rows) -> float: what each run contributes
+                   workers:int=2,  # lab processes at once
+                   root:str|None=None,  # the lab cache (`lab_runs`); default `cache_dir("lab")`
+                   log:bool=True,  # print one line: starts x seeds x arms, the seconds, the path that made the runs
+                   **fields,  # the TrainConfig fields every run shares (task, task_kw, steps, ...); an arm's own fields win
+                  ) -> tuple[dict, dict, dict]:
+    "Every arm on every start x seed as cached lab runs: ({arm: (K, m) array of `metric`}, {SFT seed: `start_hash`}, {arm: [[rows per seed] per start]})."
+    vals, hashes, runs, made, t0 = {a: [] for a in arms}, {}, {a: [] for a in arms}, {}, time.time()
+    for s, ck in starts.items():
+        hashes[s] = start_hash(ck)
+        cfgs = {a: [TrainConfig(model=str(ck), algo=al, seed=r, **{**fields, **kw}) for r in seeds] for a, (al, kw) in arms.items()}
+        flat = [c for a in arms for c in cfgs[a]]
+        rows = iter(lab_runs(flat, root=root, workers=workers))
+        for k, v in lab_paths(flat).items(): made[k] = made.get(k, 0) + v   # which path made the runs
+        for a in arms:
+            runs[a].append([next(rows) for _ in cfgs[a]])
+            vals[a].append([metric(c, r) for c, r in zip(cfgs[a], runs[a][-1])])
+    if log: print(f"{len(hashes)} starts x {len(seeds)} seeds x {len(arms)} arms: {time.time() - t0:.0f} s in this cell (about 0 when cached); "
+                  f"runs made by: {made}")
+    return {a: np.array(v) for a, v in vals.items()}, hashes, runs
+
 # %% ../nbs/37_lab.ipynb #76062f06
 SFT_STATE = "sft_config.json"  # the cache entry's record; written last, with the sha256 of every other file
 
@@ -310,7 +336,6 @@ def lab_dir(cfg:TrainConfig,  # a lab config
 # %% ../nbs/37_lab.ipynb #c5a87be2
 import contextlib, dataclasses, tempfile
 from dataclasses import dataclass, field
-import numpy as np
 import torch
 from .algo import Algo, get_algo
 from .run import setup
