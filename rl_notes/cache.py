@@ -6,9 +6,10 @@
 from __future__ import annotations
 import os, re, ast, json, hashlib, functools, importlib.util
 from pathlib import Path
+from .trainconfig import dataset_label, reward_file, reward_spec
 
 # %% auto #0
-__all__ = ['cache_dir', 'import_closure', 'code_version', 'content_sha256']
+__all__ = ['cache_dir', 'import_closure', 'code_version', 'content_sha256', 'content_fingerprints']
 
 # %% ../nbs/28_cache.ipynb #f04dcf6e
 _NOT_HASHED = ("cli.py", "_modidx.py", "__init__.py")  # modules that do not change what an experiment computes
@@ -87,3 +88,21 @@ def content_sha256(path) -> str:
             tmp.write_text(json.dumps(memo)); os.replace(tmp, db)
         except OSError: pass
     return out
+
+# %% ../nbs/28_cache.ipynb #cf01
+def content_fingerprints(inputs,  # what the run reads, resolved (`rl_notes.run.Inputs`: its `cfg` and local paths)
+                        ) -> dict:
+    "Content sha256 of what the run reads: the dataset, each reward file (a module spec as written), the model's files (when resolved)."
+    out, ins, cfg = {}, inputs, inputs.cfg
+    if isinstance(cfg.dataset, str):    # a hub id: the content of its cached snapshot, and the spec (a config or split of it)
+        out["dataset"] = f"{content_sha256(ins.dataset)}:{cfg.dataset}" if ins.dataset_hub else content_sha256(ins.dataset)
+    elif cfg.dataset is not None: out["dataset"] = dataset_label(cfg.dataset)
+    for i, s in enumerate(cfg.reward or []):
+        rf = reward_file(s)
+        out[f"reward[{i}]"] = f"{content_sha256(rf[0])}:{rf[1]}" if rf and os.path.isfile(rf[0]) else reward_spec(s)
+    if ins.model is not None:
+        out["model"] = content_sha256(ins.model)   # a hub id: its cached snapshot
+        if ins.critic_init and ins.critic_init.is_dir(): out["critic_init"] = content_sha256(ins.critic_init)   # a missing one: `load_reward_model` says so
+        if ins.teacher: out["teacher"] = content_sha256(ins.teacher)
+    return out
+

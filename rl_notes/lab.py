@@ -10,7 +10,8 @@ from pathlib import Path
 from safetensors.torch import load_model as st_load_model
 from .trainconfig import TrainConfig, RUN_CONTROL, KEY_LATE, OFFPOLICY_FIELDS, offpolicy_settings
 from .trainer import train
-from .run import content_fingerprints
+from .cache import content_fingerprints
+from .run import resolve_inputs
 from .population import train_population, population_problem
 from .models import load_model
 from .sft import SFTConfig, sft_config, sft_train
@@ -55,7 +56,7 @@ def _lab_key(cfg:TrainConfig, code:str, population:bool=False) -> str:
     ident = {k: v for k, v in d.items() if k not in RUN_CONTROL and not (k == "critic_init" and v is None) and not late(k, "TrainConfig")
              and not (k in KEY_LATE and v == KEY_LATE[k])}
     ident["algo"] = {k: v for k, v in ident["algo"].items() if not late(k, "Algo") and not (f"algo.{k}" in KEY_LATE and v == KEY_LATE[f"algo.{k}"])}
-    if (user := content_fingerprints(cfg, model=False)): ident["content"] = user   # a dataset's or reward file's content; none for built-in tasks
+    if (user := content_fingerprints(resolve_inputs(cfg, models=False))): ident["content"] = user   # a dataset's or reward file's content; none for built-in tasks
     if (starts := run_starts(cfg)): ident["start"] = starts   # the weights a run starts from: another checkpoint at the same path is another run
     if population: ident["path"] = "population"   # float order parts a population member's trajectory from its single run's (`38_population`)
     return hashlib.sha256(json.dumps([ident, {"code": code}], sort_keys=True, default=str).encode()).hexdigest()[:16]

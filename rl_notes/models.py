@@ -4,21 +4,22 @@
 
 # %% ../nbs/24_models.ipynb #443f2909
 from __future__ import annotations
-import contextlib, json, math, os, random, warnings
+import contextlib, copy, json, math, os, random, warnings
 from pathlib import Path
 import torch
 from tokenizers import Tokenizer, Regex, decoders, models as tk_models, normalizers, pre_tokenizers, processors, trainers
 from transformers import (AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer, GenerationConfig, LlamaConfig,
                           LlamaForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM)
 from transformers.utils import logging as hf_logging
-from .trainconfig import CHARS
-from .data import is_hub_id, hub_snapshot
+from .trainconfig import TrainConfig, CHARS, dir_problem, reward_spec, warn_tiny_defaults, warn_low_precision
+from .data import is_hub_id, hub_snapshot, render_prompts
+from .ppo import value_model_from_policy, value_model_from_reward_model
 
 # %% auto #0
 __all__ = ['SPECIAL_TOKENS', 'HUB_MODEL_FILES', 'CHATML_TEMPLATE', 'CHAT_SPECIAL_TOKENS', 'QWEN2_SPLIT', 'build_tokenizer',
            'tiny_llama', 'resolve_model', 'quiet_hf', 'load_tokenizer', 'load_model', 'load_reward_model',
            'build_bpe_tokenizer', 'tiny_qwen2', 'save_tiny_chat_model', 'apply_lora', 'enable_gradient_checkpointing',
-           'autocast_forward']
+           'autocast_forward', 'preflight', 'load_models']
 
 # %% ../nbs/24_models.ipynb #b376018a
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<unk>")  # ids 0, 1, 2, 3
@@ -317,3 +318,83 @@ def autocast_forward(model,  # a torch module (a causal LM, a value model, a pef
     model.forward = types.MethodType(_autocast(type(model).forward, _AUTOCAST[mixed_precision]), model)   # bound: a deepcopy rebinds it
     model._mixed_precision = mixed_precision
     return model
+
+# %% ../nbs/24_models.ipynb #pf01
+def _model_config(path:str) -> dict:
+    "The fields of a model directory's config.json that the checks read (a multimodal config's `text_config`); {} if unreadable."
+    try: c = json.loads((Path(path) / "config.json").read_text())
+    except (OSError, ValueError): return {}
+    return {**c.get("text_config", {}), **c} if isinstance(c, dict) else {}
+
+def _prompt_texts(tok, rows:list, where:str) -> list[str]:
+    "Every row's prompt as the model will see it; a chat template that fails names the row."
+    try: return render_prompts(tok, [r["prompt"] for r in rows])[0]
+    except ValueError: raise
+    except Exception:
+        for i, r in enumerate(rows):
+            try: render_prompts(tok, [r["prompt"]])
+            except Exception as e:
+                raise ValueError(f"{where} {i}: the chat template fails on it ({str(r['prompt'])[:60]!r}...): {type(e).__name__}: "
+                                 f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}") from e
+        raise
+
+def preflight(cfg:TrainConfig,  # the run's settings
+              model_dir:Path,  # the model's local directory (`rl_notes.run.Inputs.model`)
+              train_rows:list, test_rows:list,  # its prompts (`rl_notes.tasks.load_data`)
+             ):
+    "Before any weights load: the tokenizer against the model, every prompt rendered, empty and too-long prompts, reward weights."
+    if cfg.report_to == "tensorboard" and not cfg.overwrite and (why := dir_problem(tb := os.path.join(cfg.out_dir, "tensorboard"))):
+        raise ValueError(f'TrainConfig.report_to="tensorboard" writes to {tb!r}, which cannot be created: {why}')   # --overwrite removes a run's own
+    tok, mc = load_tokenizer(model_dir), _model_config(model_dir)
+    V, limit = mc.get("vocab_size"), mc.get("max_position_embeddings") or mc.get("n_positions")
+    if isinstance(V, int) and len(tok) > V:
+        raise ValueError(f"--model {cfg.model!r}: its tokenizer has {len(tok)} tokens but the model's embedding only {V} rows (vocab_size); "
+                         "ids past it cannot be looked up: a tokenizer from another model?")
+    if isinstance(limit, int) and cfg.max_new_tokens >= limit:
+        raise ValueError(f"TrainConfig.max_new_tokens ({cfg.max_new_tokens}) leaves no room for a prompt: the model has {limit} positions (max_position_embeddings)")
+    for rows, where in ((train_rows, "training prompt"), (test_rows, "held-out prompt")):
+        if not rows: continue
+        texts = _prompt_texts(tok, rows, where)
+        if (i := next((i for i, t in enumerate(texts) if not t.strip()), None)) is not None:
+            raise ValueError(f"{where} {i} is empty: {rows[i]['prompt']!r}")
+        if isinstance(limit, int):
+            L = [len(x) for x in tok(texts, add_special_tokens=isinstance(rows[0]["prompt"], str))["input_ids"]]
+            i = max(range(len(L)), key=L.__getitem__)
+            if L[i] + cfg.max_new_tokens > limit:
+                raise ValueError(f"{where} {i} has {L[i]} tokens ({len(texts[i])} characters); with TrainConfig.max_new_tokens "
+                                 f"({cfg.max_new_tokens}) that is {L[i] + cfg.max_new_tokens} positions, more than the model's {limit} "
+                                 "(max_position_embeddings): shorten or drop the long prompts, or lower --max-new-tokens")
+    w = cfg.reward_weights or []
+    if w and all(x == 0 for x in w): raise ValueError(f"TrainConfig.reward_weights are all 0 ({w}): every reward would be 0 and nothing is learned")
+    for s, x in zip(cfg.reward or [], w):
+        if x == 0: warnings.warn(f"reward function {reward_spec(s)!r} has weight 0: it is logged but does not change the reward")
+
+# %% ../nbs/24_models.ipynb #lm01
+def load_models(cfg:TrainConfig,  # the run's settings
+                acc,  # the `accelerate.Accelerator` that prepares the models and optimizers (`device`, `prepare`)
+                model_dir:Path,  # the policy's local directory (`rl_notes.run.Inputs.model`)
+                critic_init:Path|None=None,  # a reward model to start the critic from (`rl_notes.run.Inputs.critic_init`); None: the policy
+               ) -> dict:
+    "Policy (and its frozen reference when beta > 0), a critic when the estimator needs one, AdamW for each; prepared by `acc`."
+    policy, tok = load_model(model_dir, dtype=cfg.dtype)
+    warn_tiny_defaults(cfg, policy); warn_low_precision(cfg, policy)
+    policy.to(acc.device).train()
+    # under LoRA the reference is the same model with its adapters disabled (`_old_ref_logp`), not a copy
+    ref = copy.deepcopy(policy).eval().requires_grad_(False) if cfg.algo.beta > 0 and not cfg.lora_r else None
+    critic = None if not cfg.algo.uses_critic else (value_model_from_policy(policy) if critic_init is None else
+                                                    value_model_from_reward_model(load_reward_model(str(critic_init), policy))).to(acc.device)
+    if cfg.lora_r:
+        policy = apply_lora(policy, r=cfg.lora_r, alpha=cfg.lora_alpha, dropout=cfg.lora_dropout, target_modules=cfg.lora_target_modules)
+    if cfg.gradient_checkpointing:
+        for m in (policy, critic):
+            if m is not None and hasattr(m, "activation_checkpointing_enable"): enable_gradient_checkpointing(m)   # a transformers model (not the critic's ValueModel)
+    for m in (policy, ref, critic):   # mixed precision (TRL's bf16 / fp16): float32 weights, every forward under autocast
+        if m is not None: autocast_forward(m, cfg.mixed_precision)
+    params = [p for p in policy.parameters() if p.requires_grad]   # all of them, or LoRA's adapters
+    # foreach=True: one C++ call per update op instead of a Python loop over tensors (the default on CUDA; on the CPU the same
+    # per-tensor kernels, so the weights are bit-identical)
+    policy, opt = acc.prepare(policy, torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, foreach=True))
+    copt = None
+    if critic is not None:
+        critic, copt = acc.prepare(critic, torch.optim.AdamW(critic.parameters(), lr=cfg.critic_lr, weight_decay=cfg.weight_decay, foreach=True))
+    return dict(policy=policy, opt=opt, ref=ref, critic=critic, copt=copt, tok=tok)

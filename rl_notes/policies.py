@@ -10,12 +10,12 @@ from typing import Callable
 import torch
 from .offpolicy import mismatch_metrics, kl_shaped_rewards, AdaptiveKLController, ref_reset_due, reset_reference
 from .distill import distill_advantages, distill_metrics
-from .models import load_model, load_tokenizer, resolve_model
+from .models import load_model, load_tokenizer
 from .rollout import response_logprobs
 from .trainconfig import TrainConfig, sampler_differs
 
 # %% auto #0
-__all__ = ['Sampler', 'Reference', 'teacher_dir', 'tokenizer_mismatch', 'Teacher']
+__all__ = ['Sampler', 'Reference', 'tokenizer_mismatch', 'Teacher']
 
 # %% ../nbs/30_policies.ipynb #7b08432d
 def _state(m) -> dict:
@@ -169,14 +169,6 @@ class Reference:
         if "ref" in tensors: self.model.load_state_dict(tensors["ref"])
 
 # %% ../nbs/30_policies.ipynb #a6abff19
-def teacher_dir(cfg:TrainConfig) -> Path|None:
-    "The local directory of `cfg.teacher` (a hub id: its cached snapshot), checked to hold a Hugging Face checkpoint; None without a teacher."
-    if cfg.teacher is None: return None
-    d = resolve_model(cfg.teacher, "TrainConfig.teacher")
-    if not d.is_dir(): raise ValueError(f"TrainConfig.teacher {cfg.teacher!r} is not a directory")
-    if not (d / "config.json").is_file(): raise ValueError(f"TrainConfig.teacher {cfg.teacher!r} is not a Hugging Face checkpoint (no config.json)")
-    return d
-
 def tokenizer_mismatch(student, teacher) -> str|None:
     "Why the tokenizer `teacher` would read `student`'s token ids as other tokens (a token with another id, or missing); None when both map every token to the same id."
     a, b = student.get_vocab(), teacher.get_vocab()
@@ -190,11 +182,12 @@ class Teacher:
     def __init__(self, cfg:TrainConfig,
                  tok,  # the student's tokenizer
                  device,  # where the teacher runs (the accelerator's device)
-                 path:Path|None=None,  # `cfg.teacher` resolved (`rl_notes.run.Inputs.teacher`); None: resolved here
+                 path:Path|None=None,  # `cfg.teacher`'s local directory, resolved and checked (`rl_notes.run.resolve_inputs`)
                 ):
         self.coef, self.temperature, self.path, self.model = cfg.distill_coef, cfg.temperature, cfg.logprob_path, None
         if cfg.teacher is None: return
-        d = path or teacher_dir(cfg)
+        if path is None: raise ValueError(f"TrainConfig.teacher {cfg.teacher!r}: pass its local directory as `path` (`rl_notes.run.resolve_inputs` resolves it)")
+        d = Path(path)
         if (why := tokenizer_mismatch(tok, load_tokenizer(d))):
             raise ValueError(f"TrainConfig.teacher {cfg.teacher!r} does not share the student's tokenizer (TrainConfig.model {cfg.model!r}): {why}; "
                              "the teacher scores the student's token ids, so both need one vocabulary")

@@ -4,53 +4,92 @@
 
 # %% ../nbs/31b_run.ipynb #8054445b
 from __future__ import annotations
-import os, json, copy, random, warnings, dataclasses, contextlib
+import os, random, warnings, dataclasses, contextlib, importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
 import numpy as np
 import torch
-from .ppo import value_model_from_policy, value_model_from_reward_model
 from .family import accelerate_gather
-from .data import RewardSet, load_dataset_splits, render_prompts, reward_spec, is_hub_id, dataset_snapshot
-from .tasks import get_task
-from .models import load_model, load_tokenizer, load_reward_model, apply_lora, enable_gradient_checkpointing, resolve_model, autocast_forward
+from .data import RewardSet, dataset_snapshot
+from .tasks import load_data
+from .models import resolve_model, preflight, load_models
 from .rollout import generate, response_logprobs
 from .rundir import RunDir, RunLock, run_mode
 from .checkpoint import CheckpointError
-from .cache import cache_dir, content_sha256
+from .cache import cache_dir, content_fingerprints
 from .algo import Algo
-from .trainconfig import (TrainConfig, RUN_CONTROL, PATH_FIELDS, late_absent, absolute_paths, dataset_label, reward_file,
-                                  content_changes, paths_read, lr_factor, dir_problem, check_extras, warn_tiny_defaults, warn_low_precision)
+from .trainconfig import TrainConfig, RUN_CONTROL, PATH_FIELDS, late_absent, reward_file, content_changes, paths_read, lr_factor
 from .losses import EntropyBonus
 from .report import Reporter
-from .policies import Sampler, Reference, Teacher, teacher_dir
+from .policies import Sampler, Reference, Teacher
 
 
 # %% auto #0
-__all__ = ['Inputs', 'resolve_inputs', 'seed_everything', 'Run', 'load_models', 'load_data', 'preflight', 'content_fingerprints',
+__all__ = ['absolute_paths', 'needed_extras', 'check_extras', 'Inputs', 'resolve_inputs', 'seed_everything', 'Run',
            'check_content', 'on_main', 'open_run_dir', 'checkpoint_extras', 'checkpoint_tensor_names', 'restore_extras',
            'setup', 'PeerFailed', 'together']
+
+# %% ../nbs/31b_run.ipynb #ap01
+def absolute_paths(cfg:TrainConfig) -> TrainConfig:
+    "`cfg` with its local paths made absolute (out_dir always; model, dataset, reward files, critic_init, teacher where they exist)."
+    absl = lambda p: os.path.abspath(p) if isinstance(p, (str, os.PathLike)) and str(p) and os.path.exists(p) else p
+    def rew(s):
+        rf = reward_file(s)
+        return f"{os.path.abspath(rf[0])}:{rf[1]}" if rf and os.path.exists(rf[0]) else s
+    return dataclasses.replace(cfg, out_dir=os.path.abspath(cfg.out_dir), model=absl(cfg.model), dataset=absl(cfg.dataset),
+                               reward=[rew(s) for s in cfg.reward] if cfg.reward else cfg.reward, critic_init=absl(cfg.critic_init),
+                               teacher=absl(cfg.teacher))
+
+
+# %% ../nbs/31b_run.ipynb #ce01
+def needed_extras(cfg:TrainConfig) -> dict:
+    "{package: (the setting that needs it, the rl_notes extra that installs it)} of the run `cfg`."
+    need = {"peft": ("TrainConfig.lora_r > 0", "lora")} if cfg.lora_r else {}
+    if cfg.task == "math" and not cfg.reward: need["math_verify"] = ('TrainConfig.task="math"', "math")
+    rep = {"tensorboard": "tensorboard", "trackio": "trackio", "wandb": "wandb"}.get(cfg.report_to)
+    if rep: need[rep] = (f'TrainConfig.report_to="{cfg.report_to}"', rep)
+    return need
+
+def check_extras(cfg:TrainConfig, find=None):
+    "A ValueError naming the first optional package the run needs that is not installed, and the extra that installs it."
+    find = find or importlib.util.find_spec   # looked up at call time (a test can hide a package)
+    for pkg, (why, extra) in needed_extras(cfg).items():
+        if find(pkg) is None: raise ValueError(f'{why} needs {pkg}, which is not installed: pip install "rl_notes[{extra}]"')
 
 # %% ../nbs/31b_run.ipynb #9ed0b1d1
 @dataclass(frozen=True)
 class Inputs:
-    "The local files a run reads, each resolved once (a hub id: its snapshot in the Hugging Face cache)."
-    model: Path|None = None  # `TrainConfig.model`'s directory (None: not resolved, e.g. a lab key that needs the data only)
+    "What a run reads, each resolved once: its settings with local paths made absolute, and the local file behind each path field."
+    cfg: TrainConfig  # the run's settings, local paths absolute (`absolute_paths`): a reward's `os.chdir` moves nothing the run reads or writes
+    model: Path|None = None  # `TrainConfig.model`'s directory (a hub id: its cached snapshot); None: not resolved (a lab key reads the data only)
     teacher: Path|None = None  # `TrainConfig.teacher`'s directory, checked to hold a Hugging Face checkpoint; None: no teacher
     critic_init: Path|None = None  # `TrainConfig.critic_init` (`load_reward_model` checks it); None: the critic starts from the policy
     dataset: Path|None = None  # `TrainConfig.dataset`'s file, directory or hub snapshot; None: the task's prompts, or a `Dataset` in memory
     dataset_hub: bool = False  # the dataset is a hub id (`org/name[:config[:split]]`)
 
 def resolve_inputs(cfg:TrainConfig,
-                   models:bool=True,  # resolve the model, teacher and critic too (False: the dataset only)
+                   processes:int=1,  # the data-parallel processes the run will use (the batch must split over them)
+                   models:bool=True,  # the whole run: the model, teacher and critic, and the checks; False: the dataset only (a lab key)
                   ) -> Inputs:
-    "Every path a run reads, resolved once: the model and teacher (a hub id: its cached snapshot), the critic's start, the dataset."
+    "The one place a run's inputs are resolved: paths made absolute, the batch checked against the processes, every path its local file."
+    cfg = absolute_paths(cfg)      # once: nothing later depends on the current directory
     ds = cfg.dataset if isinstance(cfg.dataset, str) else None
-    snap = dataset_snapshot(ds) if ds is not None else None            # a hub dataset: its snapshot; else None
-    dataset = snap or (Path(ds) if ds is not None else None)
-    if not models: return Inputs(dataset=dataset, dataset_hub=snap is not None)
-    return Inputs(model=resolve_model(cfg.model, "TrainConfig.model"), teacher=teacher_dir(cfg),
-                  critic_init=Path(cfg.critic_init) if cfg.critic_init else None, dataset=dataset, dataset_hub=snap is not None)
+    if not models:
+        snap = dataset_snapshot(ds) if ds is not None else None
+        return Inputs(cfg, dataset=snap or (Path(ds) if ds is not None else None), dataset_hub=snap is not None)
+    if cfg.n_prompts % processes:
+        raise ValueError(f"TrainConfig.n_prompts ({cfg.n_prompts}) must be divisible by the number of processes ({processes})")
+    if (rows := cfg.n_prompts // processes * cfg.group_size) % cfg.n_minibatches:
+        raise ValueError(f"rows per process ({rows}) must be divisible by n_minibatches ({cfg.n_minibatches})")
+    model, teacher = (resolve_model(p, f"TrainConfig.{k}") if p else None for k, p in (("model", cfg.model), ("teacher", cfg.teacher)))
+    if model is None or not model.is_dir(): raise FileNotFoundError(f"model path {cfg.model!r} is not a directory")
+    if teacher is not None and not teacher.is_dir(): raise ValueError(f"TrainConfig.teacher {cfg.teacher!r} is not a directory")
+    if teacher is not None and not (teacher / "config.json").is_file():
+        raise ValueError(f"TrainConfig.teacher {cfg.teacher!r} is not a Hugging Face checkpoint (no config.json)")
+    snap = dataset_snapshot(ds) if ds is not None else None   # a hub dataset not in the cache and offline: one line, before any work
+    check_extras(cfg)              # a missing optional package: one line, before any data or model is loaded
+    return Inputs(cfg, model=model, teacher=teacher, critic_init=Path(cfg.critic_init) if cfg.critic_init else None,
+                  dataset=snap or (Path(ds) if ds is not None else None), dataset_hub=snap is not None)
 
 # %% ../nbs/31b_run.ipynb #10b5bc2b
 def seed_everything(seed:int):
@@ -121,131 +160,7 @@ class Run:
     def __enter__(self): return self
     def __exit__(self, *exc): self.close()
 
-# %% ../nbs/31b_run.ipynb #4c6d7aeb
-def load_models(cfg:TrainConfig, acc, inputs:Inputs|None=None) -> dict:
-    "Policy (and its frozen reference when beta > 0), a critic when the estimator needs one, AdamW for each; prepared by `acc`."
-    inputs = inputs or resolve_inputs(cfg)
-    policy, tok = load_model(inputs.model, dtype=cfg.dtype)
-    warn_tiny_defaults(cfg, policy); warn_low_precision(cfg, policy)
-    policy.to(acc.device).train()
-    # under LoRA the reference is the same model with its adapters disabled (`_old_ref_logp`), not a copy
-    ref = copy.deepcopy(policy).eval().requires_grad_(False) if cfg.algo.beta > 0 and not cfg.lora_r else None
-    critic = None if not cfg.algo.uses_critic else (value_model_from_policy(policy) if inputs.critic_init is None else
-                                                    value_model_from_reward_model(load_reward_model(str(inputs.critic_init), policy))).to(acc.device)
-    if cfg.lora_r:
-        policy = apply_lora(policy, r=cfg.lora_r, alpha=cfg.lora_alpha, dropout=cfg.lora_dropout, target_modules=cfg.lora_target_modules)
-    if cfg.gradient_checkpointing:
-        for m in (policy, critic):
-            if m is not None and hasattr(m, "activation_checkpointing_enable"): enable_gradient_checkpointing(m)   # a transformers model (not the critic's ValueModel)
-    for m in (policy, ref, critic):   # mixed precision (TRL's bf16 / fp16): float32 weights, every forward under autocast
-        if m is not None: autocast_forward(m, cfg.mixed_precision)
-    params = [p for p in policy.parameters() if p.requires_grad]   # all of them, or LoRA's adapters
-    # foreach=True: one C++ call per update op instead of a Python loop over tensors (the default on CUDA; on the CPU the same
-    # per-tensor kernels, so the weights are bit-identical)
-    policy, opt = acc.prepare(policy, torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, foreach=True))
-    copt = None
-    if critic is not None:
-        critic, copt = acc.prepare(critic, torch.optim.AdamW(critic.parameters(), lr=cfg.critic_lr, weight_decay=cfg.weight_decay, foreach=True))
-    return dict(policy=policy, opt=opt, ref=ref, critic=critic, copt=copt, tok=tok)
-
-# %% ../nbs/31b_run.ipynb #4bd0e3bb
-def load_data(cfg:TrainConfig, task) -> tuple[list, list, RewardSet]:
-    "(training rows, held-out rows, what scores responses): a dataset's prompts or the task's; the reward functions or the task's verifier."
-    if cfg.dataset is None:
-        tr, te = task.splits(cfg.n_train, max(cfg.n_eval, 1), seed=cfg.seed)
-        train_rows, test_rows, where = tr.to_list(), te.to_list()[:cfg.n_eval], f"task {cfg.task!r}"
-    else:
-        tr, te = load_dataset_splits(cfg.dataset, seed=cfg.seed, cache_dir=str(cache_dir("datasets")))   # datasets' copy under the one cache root
-        name = cfg.dataset if isinstance(cfg.dataset, str) else dataset_label(cfg.dataset)
-        train_rows, test_rows, where = tr.to_list()[:cfg.n_train], te.to_list()[:cfg.n_eval], f"TrainConfig.dataset {name!r}"
-        if cfg.n_train is not None and len(tr) > cfg.n_train:   # never silent: the cap is the lab's default, sized for its tasks
-            warnings.warn(f"{where}: training on the first {cfg.n_train} of its {len(tr)} training rows (TrainConfig.n_train, --n-train); "
-                          f"--n-train {len(tr)} uses them all")
-    if cfg.reward: rewards = RewardSet(cfg.reward, cfg.reward_weights)
-    else:
-        rewards = task.reward_set()
-        missing = sorted(set(task.required_columns) - set(train_rows[0]))
-        if missing: raise ValueError(f"{where} has no column(s) {missing}, which the reward of task {cfg.task!r} reads; "
-                                     "give reward functions (TrainConfig.reward, --reward module:function)")
-    firsts = [s[0]["prompt"] for s in (tr, te) if len(s) and "prompt" in s.column_names] if cfg.dataset is not None else []
-    if len({type(p).__name__ for p in firsts}) > 1:   # string prompts to train on, chat prompts held out: the held-out score would mean nothing
-        raise ValueError(f"{where}: its training prompts are {type(firsts[0]).__name__}s and its held-out prompts {type(firsts[1]).__name__}s; "
-                         "give both splits one format (plain strings, or chat message lists)")
-    if len(train_rows) < cfg.n_prompts:
-        raise ValueError(f"{where} holds {len(train_rows)} training prompts, fewer than TrainConfig.n_prompts ({cfg.n_prompts})")
-    return train_rows, test_rows, rewards
-
-# %% ../nbs/31b_run.ipynb #abb1915f
-def _model_config(path:str) -> dict:
-    "The fields of a model directory's config.json that the checks read (a multimodal config's `text_config`); {} if unreadable."
-    try: c = json.loads((Path(path) / "config.json").read_text())
-    except (OSError, ValueError): return {}
-    return {**c.get("text_config", {}), **c} if isinstance(c, dict) else {}
-
-def _prompt_texts(tok, rows:list, where:str) -> list[str]:
-    "Every row's prompt as the model will see it; a chat template that fails names the row."
-    try: return render_prompts(tok, [r["prompt"] for r in rows])[0]
-    except ValueError: raise
-    except Exception:
-        for i, r in enumerate(rows):
-            try: render_prompts(tok, [r["prompt"]])
-            except Exception as e:
-                raise ValueError(f"{where} {i}: the chat template fails on it ({str(r['prompt'])[:60]!r}...): {type(e).__name__}: "
-                                 f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}") from e
-        raise
-
-def preflight(cfg:TrainConfig, train_rows:list, test_rows:list,
-              model_dir:Path|None=None,  # cfg.model resolved (`Inputs.model`); None: resolved here
-              extras:bool=True,  # check the optional packages (`setup` checks them first, before any data loads)
-             ):
-    "Before any weights load: optional packages, the tokenizer against the model, every prompt rendered, empty and too-long prompts, reward weights."
-    if extras: check_extras(cfg)                                        # optional packages
-    if cfg.report_to == "tensorboard" and not cfg.overwrite and (why := dir_problem(tb := os.path.join(cfg.out_dir, "tensorboard"))):
-        raise ValueError(f'TrainConfig.report_to="tensorboard" writes to {tb!r}, which cannot be created: {why}')   # --overwrite removes a run's own
-    d = model_dir or resolve_model(cfg.model, "TrainConfig.model")
-    tok, mc = load_tokenizer(d), _model_config(d)
-    V, limit = mc.get("vocab_size"), mc.get("max_position_embeddings") or mc.get("n_positions")
-    if isinstance(V, int) and len(tok) > V:
-        raise ValueError(f"--model {cfg.model!r}: its tokenizer has {len(tok)} tokens but the model's embedding only {V} rows (vocab_size); "
-                         "ids past it cannot be looked up: a tokenizer from another model?")
-    if isinstance(limit, int) and cfg.max_new_tokens >= limit:
-        raise ValueError(f"TrainConfig.max_new_tokens ({cfg.max_new_tokens}) leaves no room for a prompt: the model has {limit} positions (max_position_embeddings)")
-    for rows, where in ((train_rows, "training prompt"), (test_rows, "held-out prompt")):
-        if not rows: continue
-        texts = _prompt_texts(tok, rows, where)
-        if (i := next((i for i, t in enumerate(texts) if not t.strip()), None)) is not None:
-            raise ValueError(f"{where} {i} is empty: {rows[i]['prompt']!r}")
-        if isinstance(limit, int):
-            L = [len(x) for x in tok(texts, add_special_tokens=isinstance(rows[0]["prompt"], str))["input_ids"]]
-            i = max(range(len(L)), key=L.__getitem__)
-            if L[i] + cfg.max_new_tokens > limit:
-                raise ValueError(f"{where} {i} has {L[i]} tokens ({len(texts[i])} characters); with TrainConfig.max_new_tokens "
-                                 f"({cfg.max_new_tokens}) that is {L[i] + cfg.max_new_tokens} positions, more than the model's {limit} "
-                                 "(max_position_embeddings): shorten or drop the long prompts, or lower --max-new-tokens")
-    w = cfg.reward_weights or []
-    if w and all(x == 0 for x in w): raise ValueError(f"TrainConfig.reward_weights are all 0 ({w}): every reward would be 0 and nothing is learned")
-    for s, x in zip(cfg.reward or [], w):
-        if x == 0: warnings.warn(f"reward function {reward_spec(s)!r} has weight 0: it is logged but does not change the reward")
-
 # %% ../nbs/31b_run.ipynb #d410474e
-def content_fingerprints(cfg:TrainConfig,
-                         model:bool=True,  # include the model (and critic_init, teacher) directory
-                         inputs:Inputs|None=None,  # what the run reads, resolved (`resolve_inputs`); None: resolved here
-                        ) -> dict:
-    "Content sha256 of what the run reads: the dataset, each reward file (a module spec as written), the model's files."
-    out, ins = {}, inputs or resolve_inputs(cfg, models=model)
-    if isinstance(cfg.dataset, str):    # a hub id: the content of its cached snapshot, and the spec (a config or split of it)
-        out["dataset"] = f"{content_sha256(ins.dataset)}:{cfg.dataset}" if ins.dataset_hub else content_sha256(ins.dataset)
-    elif cfg.dataset is not None: out["dataset"] = dataset_label(cfg.dataset)
-    for i, s in enumerate(cfg.reward or []):
-        rf = reward_file(s)
-        out[f"reward[{i}]"] = f"{content_sha256(rf[0])}:{rf[1]}" if rf and os.path.isfile(rf[0]) else reward_spec(s)
-    if model:
-        out["model"] = content_sha256(ins.model)   # a hub id: its cached snapshot
-        if ins.critic_init and ins.critic_init.is_dir(): out["critic_init"] = content_sha256(ins.critic_init)   # a missing one: `load_reward_model` says so
-        if ins.teacher: out["teacher"] = content_sha256(ins.teacher)
-    return out
-
 def check_content(run:Run, st:dict):
     "Refuse to resume on other content than the checkpoint's (one error naming what changed), unless `accept_changed`."
     changed, why = content_changes(run.cfg, st, run.content)
@@ -316,25 +231,18 @@ def setup(cfg:TrainConfig,  # the run
           accelerator=None,  # an `accelerate.Accelerator`; default: a new one (CPU, GPU or `accelerate launch` settings)
          ) -> Run:  # use as `with setup(cfg) as run:` (the lock on out_dir is released at the end)
     "Task data, models and optimizers on the accelerator's device; out_dir locked and checked; the checkpoint loaded on resume."
-    cfg = absolute_paths(cfg)     # resolved once: a reward's os.chdir, or a run directory read from elsewhere, changes nothing
     if accelerator is None:
         from accelerate import Accelerator  # heavy: loads torch.distributed
         accelerator = Accelerator()
-    W = accelerator.num_processes
-    if cfg.n_prompts % W: raise ValueError(f"TrainConfig.n_prompts ({cfg.n_prompts}) must be divisible by the number of processes ({W})")
-    if (cfg.n_prompts // W * cfg.group_size) % cfg.n_minibatches:
-        raise ValueError(f"rows per process ({cfg.n_prompts // W * cfg.group_size}) must be divisible by n_minibatches ({cfg.n_minibatches})")
-    if not cfg.model or not (os.path.isdir(cfg.model) or is_hub_id(cfg.model)): raise FileNotFoundError(f"model path {cfg.model!r} is not a directory")
-    inputs = resolve_inputs(cfg)                    # once; a hub id not in the cache and offline: one line, before any work
-    check_extras(cfg)                              # a missing optional package: one line, before any data or model is loaded
-    if cfg.threads: torch.set_num_threads(cfg.threads)
-    seed_everything(cfg.seed)
-    task = get_task(cfg.task, **cfg.task_kw) if cfg.task is not None else None   # None: a dataset scored by reward functions
-    train_rows, test_rows, rewards = load_data(cfg, task)
-    preflight(cfg, train_rows, test_rows, inputs.model, extras=False)   # what would fail later (every prompt rendered), before any weights load
-    run = Run(cfg, accelerator, task, train_rows, test_rows, rewards=rewards, content=content_fingerprints(cfg, inputs=inputs), inputs=inputs,
-              **load_models(cfg, accelerator, inputs))
-    run.sampler, run.reference, run.teacher, run.bonus = Sampler(cfg, run.gen_model), Reference(cfg, run.ref), Teacher(cfg, run.tok, run.device, inputs.teacher), EntropyBonus(cfg.algo)   # beside the learner; the entropy bonus
+    ins = resolve_inputs(cfg, accelerator.num_processes)   # the run's settings and files, resolved and checked once; all below reads `ins`
+    if ins.cfg.threads: torch.set_num_threads(ins.cfg.threads)
+    seed_everything(ins.cfg.seed)
+    task, train_rows, test_rows, rewards = load_data(ins.cfg, str(cache_dir("datasets")))   # datasets' copy under the one cache root
+    preflight(ins.cfg, ins.model, train_rows, test_rows)   # what would fail later (every prompt rendered), before any weights load
+    models = load_models(ins.cfg, accelerator, ins.model, ins.critic_init)
+    run = Run(ins.cfg, accelerator, task, train_rows, test_rows, rewards=rewards, content=content_fingerprints(ins), inputs=ins, **models)
+    run.sampler, run.reference = Sampler(ins.cfg, run.gen_model), Reference(ins.cfg, run.ref)   # beside the learner
+    run.teacher, run.bonus = Teacher(ins.cfg, run.tok, run.device, ins.teacher), EntropyBonus(ins.cfg.algo)
     try: open_run_dir(run)
     except BaseException: run.close(); raise
     return run

@@ -4,17 +4,18 @@
 
 # %% ../nbs/23_tasks.ipynb #e0610b4b
 from __future__ import annotations
-import functools, hashlib, os, random, re, threading
+import functools, hashlib, os, random, re, threading, warnings
 from pathlib import Path
 import torch
 from datasets import Dataset, DatasetDict, Value, concatenate_datasets
 from .data import RewardSet, read_source, load_dataset_splits
+from .trainconfig import TrainConfig, dataset_label
 
 
 # %% auto #0
 __all__ = ['SPLITS', 'MATH_INSTRUCTION', 'TASKS', 'in_test_split', 'Task', 'Addition', 'parse_expression', 'Countdown',
            'TaskReward', 'last_boxed', 'extract_answer', 'TaskUnsupported', 'parse_answer', 'gold_answer',
-           'parse_response', 'math_equal', 'Math', 'get_task']
+           'parse_response', 'math_equal', 'Math', 'get_task', 'load_data']
 
 # %% ../nbs/23_tasks.ipynb #ff98dad3
 def in_test_split(prompt:str,  # prompt text
@@ -620,3 +621,31 @@ def get_task(name:str,  # "addition", "countdown" or "math"
     if name not in TASKS: raise ValueError(f"unknown task {name!r}; expected one of {sorted(TASKS)}")
     try: return TASKS[name](**kw)
     except TypeError as e: raise ValueError(f"bad arguments for task {name!r}: {e}") from None
+
+# %% ../nbs/23_tasks.ipynb #ld01
+def load_data(cfg:TrainConfig,  # the run's settings (`task`, `dataset`, `reward`, `n_train`, `n_eval`, `seed`, `n_prompts`)
+              cache_dir:str|None=None,  # where `datasets` keeps its copy of a dataset (None: its own default)
+             ) -> tuple[Task|None, list, list, RewardSet]:
+    "(task, training rows, held-out rows, what scores responses): a dataset's prompts or the task's; the reward functions or the task's verifier."
+    task = get_task(cfg.task, **cfg.task_kw) if cfg.task is not None else None   # None: a dataset scored by reward functions
+    if cfg.dataset is None:                        # the task's seeded splits
+        tr, te = task.splits(cfg.n_train, max(cfg.n_eval, 1), seed=cfg.seed)
+        train_rows, test_rows, where = tr.to_list(), te.to_list()[:cfg.n_eval], f"task {cfg.task!r}"
+    rewards = task.reward_set() if not cfg.reward else RewardSet(cfg.reward, cfg.reward_weights)   # the verifier, or the reward functions
+    if cfg.dataset is not None:                    # a dataset's splits, capped at n_train and n_eval
+        tr, te = load_dataset_splits(cfg.dataset, seed=cfg.seed, cache_dir=cache_dir)
+        name = cfg.dataset if isinstance(cfg.dataset, str) else dataset_label(cfg.dataset)
+        train_rows, test_rows, where = tr.to_list()[:cfg.n_train], te.to_list()[:cfg.n_eval], f"TrainConfig.dataset {name!r}"
+        if cfg.n_train is not None and len(tr) > cfg.n_train:   # never silent: the cap is the lab's default, sized for its tasks
+            warnings.warn(f"{where}: training on the first {cfg.n_train} of its {len(tr)} training rows (TrainConfig.n_train, --n-train); "
+                          f"--n-train {len(tr)} uses them all")
+    if not cfg.reward and (missing := sorted(set(task.required_columns) - set(train_rows[0]))):
+        raise ValueError(f"{where} has no column(s) {missing}, which the reward of task {cfg.task!r} reads; "
+                         "give reward functions (TrainConfig.reward, --reward module:function)")
+    firsts = [s[0]["prompt"] for s in (tr, te) if len(s) and "prompt" in s.column_names] if cfg.dataset is not None else []
+    if len({type(p).__name__ for p in firsts}) > 1:   # string prompts to train on, chat prompts held out: the held-out score would mean nothing
+        raise ValueError(f"{where}: its training prompts are {type(firsts[0]).__name__}s and its held-out prompts {type(firsts[1]).__name__}s; "
+                         "give both splits one format (plain strings, or chat message lists)")
+    if len(train_rows) < cfg.n_prompts:
+        raise ValueError(f"{where} holds {len(train_rows)} training prompts, fewer than TrainConfig.n_prompts ({cfg.n_prompts})")
+    return task, train_rows, test_rows, rewards

@@ -4,7 +4,7 @@
 
 # %% ../nbs/21_trainconfig.ipynb #98a302f4
 from __future__ import annotations
-import os, math, warnings, dataclasses, functools, importlib.util
+import os, math, warnings, dataclasses, functools
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 from .configs import validate_config, from_trl, TRL_NAMES, ConfigError, setting, known_fields
@@ -15,8 +15,8 @@ _all_ = ["Algo", "PRESETS", "get_algo"]   # the algorithm's settings, found here
 __all__ = ['TRL_TRAIN', 'PRESET_TRAIN', 'RUN_CONTROL', 'KEY_LATE', 'ASYNC_NAMES', 'CHARS', 'OFFPOLICY_FIELDS', 'LAB_DEFAULTS',
            'REAL_MODEL_PARAMS', 'PATH_FIELDS', 'dataset_label', 'late_absent', 'TrainConfig', 'trl_config', 'SFTConfig',
            'reward_spec', 'lr_factor', 'eval_due', 'offpolicy_settings', 'sampler_differs', 'warn_tiny_defaults',
-           'low_precision_stall', 'warn_low_precision', 'dir_problem', 'check_extras', 'reward_file', 'content_changes',
-           'paths_read', 'absolute_paths', 'Algo', 'PRESETS', 'get_algo']
+           'low_precision_stall', 'warn_low_precision', 'dir_problem', 'reward_file', 'content_changes', 'paths_read',
+           'Algo', 'PRESETS', 'get_algo']
 
 # %% ../nbs/21_trainconfig.ipynb #0da4cf61
 # the TrainConfig part of GRPOConfig's defaults (learning_rate, max_completion_length, lr_scheduler_type): `--algo trl` and
@@ -384,21 +384,6 @@ def dir_problem(path:str) -> str|None:
     if not os.access(p, os.W_OK | os.X_OK): return f"{str(p)!r} is not writable"
     return None
 
-# %% ../nbs/21_trainconfig.ipynb #eed9882e
-def _needed_extras(cfg:TrainConfig) -> dict:
-    "{package: (the setting that needs it, the rl_notes extra that installs it)} of the run `cfg`."
-    need = {"peft": ("TrainConfig.lora_r > 0", "lora")} if cfg.lora_r else {}
-    if cfg.task == "math" and not cfg.reward: need["math_verify"] = ('TrainConfig.task="math"', "math")
-    rep = {"tensorboard": "tensorboard", "trackio": "trackio", "wandb": "wandb"}.get(cfg.report_to)
-    if rep: need[rep] = (f'TrainConfig.report_to="{cfg.report_to}"', rep)
-    return need
-
-def check_extras(cfg:TrainConfig, find=None):
-    "A ValueError naming the first optional package the run needs that is not installed, and the extra that installs it."
-    find = find or importlib.util.find_spec   # looked up at call time (a test can hide a package)
-    for pkg, (why, extra) in _needed_extras(cfg).items():
-        if find(pkg) is None: raise ValueError(f'{why} needs {pkg}, which is not installed: pip install "rl_notes[{extra}]"')
-
 # %% ../nbs/21_trainconfig.ipynb #237cf108
 PATH_FIELDS = ("model", "dataset", "reward", "critic_init", "teacher")  # compared by content on resume (`content_fingerprints`), not as spelled
 
@@ -418,7 +403,7 @@ def _resolved(d:dict) -> dict:
 
 # %% ../nbs/21_trainconfig.ipynb #fcb5f01f
 def content_changes(cfg:TrainConfig, st:dict,  # the checkpoint's state (its config and extras)
-                    content:dict,  # the run's content hashes now (`rl_notes.trainer.content_fingerprints`)
+                    content:dict,  # the run's content hashes now (`rl_notes.run.content_fingerprints`)
                    ) -> tuple[list, str]:
     "(the fields whose content changed since the checkpoint whose state is `st`, a phrase naming the first with its hashes or paths); ([], '') when none."
     before = (st.get("extra") or {}).get("content")
@@ -435,13 +420,3 @@ def paths_read(cfg:TrainConfig) -> list[str]:
     rewards = [s.rpartition(":")[0] for s in cfg.reward or [] if isinstance(s, str) and s.rpartition(":")[0].endswith(".py")]
     return [p for p in (cfg.dataset, cfg.model, cfg.critic_init, cfg.teacher, *rewards) if isinstance(p, (str, os.PathLike)) and str(p)]
 
-
-def absolute_paths(cfg:TrainConfig) -> TrainConfig:
-    "`cfg` with its local paths made absolute (out_dir always; model, dataset, reward files, critic_init, teacher where they exist): what a run opens with, so nothing later depends on the current directory (a reward that calls `os.chdir` moves no file the run writes)."
-    absl = lambda p: os.path.abspath(p) if isinstance(p, (str, os.PathLike)) and str(p) and os.path.exists(p) else p
-    def rew(s):
-        rf = reward_file(s)
-        return f"{os.path.abspath(rf[0])}:{rf[1]}" if rf and os.path.exists(rf[0]) else s
-    return dataclasses.replace(cfg, out_dir=os.path.abspath(cfg.out_dir), model=absl(cfg.model), dataset=absl(cfg.dataset),
-                               reward=[rew(s) for s in cfg.reward] if cfg.reward else cfg.reward, critic_init=absl(cfg.critic_init),
-                               teacher=absl(cfg.teacher))
