@@ -15,7 +15,8 @@ __all__ = ['cache_dir', 'import_closure', 'code_version', 'content_sha256', 'con
 _NOT_HASHED = ("cli.py", "_modidx.py", "__init__.py")  # modules that do not change what an experiment computes
 
 def cache_dir(*parts:str) -> Path:
-    "The lab's cache root (`$RL_NOTES_CACHE`, else `$XDG_CACHE_HOME/rl_notes`, else `~/.cache/rl_notes`) joined with `parts`."
+    ("The lab's cache root (`$RL_NOTES_CACHE`, else `$XDG_CACHE_HOME/rl_notes`, else `~/.cache/rl_notes`) joined with "
+     "`parts`.")
     if os.environ.get("RL_NOTES_CACHE"): root = Path(os.environ["RL_NOTES_CACHE"]).expanduser()
     elif os.environ.get("XDG_CACHE_HOME"): root = Path(os.environ["XDG_CACHE_HOME"]).expanduser() / "rl_notes"
     else: root = Path.home() / ".cache" / "rl_notes"
@@ -26,7 +27,8 @@ def _package_dir() -> Path:
     return Path(importlib.util.find_spec("rl_notes").origin).resolve().parent
 
 def _local_imports(f:Path) -> set[str]:
-    "Names of the package's modules that module file `f` imports (`from .x import ...`, `from . import x`), at any depth."
+    ("Names of the package's modules that module file `f` imports (`from .x import ...`, `from . import x`), at any "
+     "depth.")
     out = set()
     for node in ast.walk(ast.parse(f.read_text())):
         if isinstance(node, ast.ImportFrom) and node.level == 1:
@@ -70,7 +72,8 @@ def _sha_file(f:Path, memo:dict) -> str:
     return h.hexdigest()
 
 def content_sha256(path) -> str:
-    "sha256 of a file, or of a directory's files (relative names and hashes; hidden entries skipped); big files' hashes cached on disk."
+    ("sha256 of a file, or of a directory's files (relative names and hashes; hidden entries skipped); big files' "
+     "hashes cached on disk.")
     p, db = Path(path).expanduser(), cache_dir("sha256.json")
     if not p.exists(): raise FileNotFoundError(f"{str(path)!r} does not exist")
     try: memo = json.loads(db.read_text())
@@ -79,10 +82,12 @@ def content_sha256(path) -> str:
     if p.is_file(): out = _sha_file(p, memo)
     else:
         h = hashlib.sha256()
-        for f in sorted(q for q in p.rglob("*") if q.is_file() and not any(s.startswith(".") for s in q.relative_to(p).parts)):
+        for f in sorted(q for q in p.rglob("*") if q.is_file()
+                        and not any(s.startswith(".") for s in q.relative_to(p).parts)):
             h.update(f.relative_to(p).as_posix().encode() + b"\0" + _sha_file(f, memo).encode() + b"\0")
         out = h.hexdigest()
-    if len(memo) > n0:                                        # a new big file: keep its hash (atomically; a failure costs a re-hash)
+    # a new big file: keep its hash (atomically; a failure costs a re-hash)
+    if len(memo) > n0:
         try:
             db.parent.mkdir(parents=True, exist_ok=True); tmp = db.with_name(f".{db.name}.{os.getpid()}.tmp")
             tmp.write_text(json.dumps(memo)); os.replace(tmp, db)
@@ -92,17 +97,21 @@ def content_sha256(path) -> str:
 # %% ../nbs/28_cache.ipynb #cf01
 def content_fingerprints(inputs,  # what the run reads, resolved (`rl_notes.run.Inputs`: its `cfg` and local paths)
                         ) -> dict:
-    "Content sha256 of what the run reads: the dataset, each reward file (a module spec as written), the model's files (when resolved)."
+    ("Content sha256 of what the run reads: the dataset, each reward file (a module spec as written), the model's "
+     "files (when resolved).")
     out, ins, cfg = {}, inputs, inputs.cfg
-    if isinstance(cfg.dataset, str):    # a hub id: the content of its cached snapshot, and the spec (a config or split of it)
-        out["dataset"] = f"{content_sha256(ins.dataset)}:{cfg.dataset}" if ins.dataset_hub else content_sha256(ins.dataset)
+    # a hub id: the content of its cached snapshot, and the spec (a config or split of it)
+    if isinstance(cfg.dataset, str):
+        out["dataset"] = (f"{content_sha256(ins.dataset)}:{cfg.dataset}" if ins.dataset_hub
+                          else content_sha256(ins.dataset))
     elif cfg.dataset is not None: out["dataset"] = dataset_label(cfg.dataset)
     for i, s in enumerate(cfg.reward or []):
         rf = reward_file(s)
         out[f"reward[{i}]"] = f"{content_sha256(rf[0])}:{rf[1]}" if rf and os.path.isfile(rf[0]) else reward_spec(s)
     if ins.model is not None:
         out["model"] = content_sha256(ins.model)   # a hub id: its cached snapshot
-        if ins.critic_init and ins.critic_init.is_dir(): out["critic_init"] = content_sha256(ins.critic_init)   # a missing one: `load_reward_model` says so
+        # a missing one: `load_reward_model` says so
+        if ins.critic_init and ins.critic_init.is_dir(): out["critic_init"] = content_sha256(ins.critic_init)
         if ins.teacher: out["teacher"] = content_sha256(ins.teacher)
     return out
 
