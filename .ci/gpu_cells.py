@@ -9,7 +9,7 @@ GPU machine, so a name only it defines would fail there). The notebooks in `NEED
 `--flags slow,gpu` on a GPU machine only when asked (`--with-slow`). Exit 1 on a cell that does not compile, or on a
 notebook outside `NEEDS_SLOW` whose `#| gpu` cell reads a name nothing before it defines.
 
-    python .ci/gpu_cells.py [--out DIR] [--only 12_dapo,33_trainer] [--dry] [--scale 1.0] [--with-slow]
+    python .ci/gpu_cells.py [--out DIR] [--only 50c_dapo_ladder,33_trainer] [--dry] [--scale 1.0] [--with-slow]
 """
 import argparse, ast, json, os, re, shutil, subprocess, sys, time
 from pathlib import Path
@@ -17,11 +17,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 NBS = REPO / "nbs"
 FLAG = re.compile(r"^#\|\s*(slow|gpu|notest)\b", re.M)
-BUDGET_S = {"33_trainer": 120, "12_dapo": 90, "13_vapo": 90, "53_dynamic_sampling": 120}  # the rest: DEFAULT_S each
+BUDGET_S = {"33_trainer": 120, "50c_dapo_ladder": 90, "50d_vapo_lab": 90, "53_dynamic_sampling": 120}  # the rest: DEFAULT_S each
 DEFAULT_S = 60
 # notebooks whose `#| gpu` cells read what their `#| slow` cells define (constants, SFT starts, CPU results they compare with)
 NEEDS_SLOW = {nb: "the GPU cell scales the experiment of the notebook's slow cells and reads their constants and results"
-              for nb in ("11_grpo", "12_dapo", "13_vapo", "14_dpo", "51_clip_higher", "52_rare_tokens", "53_dynamic_sampling",
+              for nb in ("50b_grpo_lab", "50c_dapo_ladder", "50d_vapo_lab", "50e_dpo_lab", "51_clip_higher", "52_rare_tokens", "53_dynamic_sampling",
                          "54_length_bias", "55_overlong", "56_value_init")}
 
 def gpu_notebooks(only=None) -> list[Path]:

@@ -41,7 +41,8 @@ SECTIONS = {  # finding -> (notebook section that explains the mechanism, knobs 
     "entropy_runaway": ('12_dapo "D1/D2 Clip-Higher"; 33_trainer "Divergence stops the run"',
                         ["lower lr (learning_rate)", "remove or lower an entropy bonus", "lower eps_high",
                          "max_grad_norm", "lower temperature"]),
-    "zero_std": ('12_dapo "D3 Dynamic sampling"; 25_rollout "From the SFT warm start: are the groups informative?"',
+    "zero_std": ('12_dapo "D3 Dynamic sampling"; '
+                 '50g_rollout_lab "From the SFT warm start: are the groups informative?"',
                  ["dynamic sampling (drop all-equal groups, refill)", "larger group_size", "harder/easier prompts"]),
     "truncation": ('12_dapo "D5 Overlong samples"',
                    ["larger max_new_tokens / max_completion_length",

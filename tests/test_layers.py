@@ -279,3 +279,21 @@ def test_no_private_name_crosses_a_module():
 def test_private_import_checker():
     assert private_imports("from .core import _x, y\nfrom rl_notes.data import _z\nimport os\nfrom os import _exit") == ["core._x", "rl_notes.data._z"]
     assert private_imports("def f():\n    from .models import _quiet\n") == ["models._quiet"]
+
+
+# ---- the notebooks' code cells: an algorithm notebook (1x) or the lab's substrate (2x) shows its mechanism with its own
+# layer's functions and the layers below; runs on the lab (the trainer, the lab, the analysis) live in 5x notebooks
+
+NB_LAYER = {"0": 0, "1": 2, "2": 2}   # a notebook's first digit -> the highest layer its code cells may import
+
+def notebook_imports(path) -> list[str]:
+    "The rl_notes modules the code cells of notebook `path` import."
+    cells = json.loads(Path(path).read_text(encoding="utf-8"))["cells"]
+    src = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+    return sorted(set(re.findall(r"^\s*(?:from|import)\s+rl_notes\.(\w+)", src, re.M)))
+
+def test_algorithm_notebooks_import_no_loop_or_tool():
+    bad = {p.name: [m for m in notebook_imports(p) if LAYER_OF.get(m, 9) > NB_LAYER[p.name[0]]]
+           for p in sorted((ROOT / "nbs").glob("[012]*.ipynb"))}
+    bad = {k: v for k, v in bad.items() if v}
+    assert not bad, f"0x-2x notebooks importing modules above L2 (move the run to a 5x notebook): {bad}"
