@@ -19,9 +19,9 @@ from .ppo import value_model_from_policy, value_model_from_reward_model
 
 # %% auto #0
 __all__ = ['SPECIAL_TOKENS', 'HUB_MODEL_FILES', 'CHATML_TEMPLATE', 'CHAT_SPECIAL_TOKENS', 'QWEN2_SPLIT', 'build_tokenizer',
-           'tiny_llama', 'resolve_model', 'quiet_hf', 'load_tokenizer', 'load_model', 'load_reward_model',
-           'build_bpe_tokenizer', 'tiny_qwen2', 'save_tiny_chat_model', 'apply_lora', 'enable_gradient_checkpointing',
-           'autocast_forward', 'preflight', 'load_models']
+           'tiny_llama', 'resolve_model', 'quiet_hf', 'load_tokenizer', 'load_local_model', 'load_model',
+           'load_reward_model', 'build_bpe_tokenizer', 'tiny_qwen2', 'save_tiny_chat_model', 'apply_lora',
+           'enable_gradient_checkpointing', 'autocast_forward', 'preflight', 'load_models']
 
 # %% ../nbs/24_models.ipynb #b376018a
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<unk>")  # ids 0, 1, 2, 3
@@ -140,20 +140,26 @@ def load_tokenizer(path:str|Path,  # a directory with tokenizer files (tokenizer
     if tokenizer.pad_token is None: tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
 
-# a directory written by save_pretrained (model and tokenizer), or a hub id in the Hugging Face cache
-def load_model(path:str|Path,
-               dtype:str|torch.dtype="float32",  # weights dtype: "float32", "bfloat16", "float16" or a torch.dtype
-              ) -> tuple[torch.nn.Module, PreTrainedTokenizerFast]:
-    ("Load a local Hugging Face causal-LM checkpoint (safetensors, no remote code) and its tokenizer, with a clear "
-     "error for a bad `path`.")
+def load_local_model(path:str|Path,  # a local checkpoint directory (a hub id already resolved: `resolve_model`)
+                     dtype:str|torch.dtype="float32",  # weights dtype: "float32", "bfloat16", "float16", a torch.dtype
+                    ) -> tuple[torch.nn.Module, PreTrainedTokenizerFast]:
+    ("`load_model` of a directory already resolved: the safetensors causal LM (no remote code) and its tokenizer, "
+     "with a clear error for a bad `path`.")
     dtype = _torch_dtype(dtype)
-    p = _check_model_dir(resolve_model(path))
+    p = _check_model_dir(path)
     try:
         with quiet_hf(): model = AutoModelForCausalLM.from_pretrained(p, dtype=dtype, local_files_only=True,
                                                                       trust_remote_code=False, use_safetensors=True)
     except Exception as e: raise ValueError(
             f"could not load a causal LM from {str(path)!r}: {_first_line(e)}") from None
     return model.eval(), load_tokenizer(p)
+
+def load_model(path:str|Path,  # a directory written by save_pretrained (model and tokenizer), or a hub id in the cache
+               dtype:str|torch.dtype="float32",  # weights dtype: "float32", "bfloat16", "float16" or a torch.dtype
+              ) -> tuple[torch.nn.Module, PreTrainedTokenizerFast]:
+    ("Load a local Hugging Face causal-LM checkpoint (safetensors, no remote code) and its tokenizer, with a clear "
+     "error for a bad `path`.")
+    return load_local_model(resolve_model(path), dtype)
 
 # %% ../nbs/24_models.ipynb #04a0b8f6
 def load_reward_model(path:str,  # directory of a sequence-classification checkpoint with one label (a reward model)
@@ -444,7 +450,7 @@ def load_models(cfg:TrainConfig,  # the run's settings
                ) -> dict:
     ("Policy (and its frozen reference when beta > 0), a critic when the estimator needs one, AdamW for each; prepared "
      "by `acc`.")
-    policy, tok = load_model(model_dir, dtype=cfg.dtype)
+    policy, tok = load_local_model(model_dir, dtype=cfg.dtype)   # resolved once (`rl_notes.run.resolve_inputs`)
     warn_tiny_defaults(cfg, policy); warn_low_precision(cfg, policy)
     policy.to(acc.device).train()
     # under LoRA the reference is the same model with its adapters disabled (`_old_ref_logp`), not a copy

@@ -10,7 +10,7 @@ from typing import Callable
 import torch
 from .offpolicy import mismatch_metrics, kl_shaped_rewards, AdaptiveKLController, ref_reset_due, reset_reference
 from .distill import distill_advantages, distill_metrics
-from .models import load_model, load_tokenizer
+from .models import load_local_model, load_tokenizer
 from .rollout import response_logprobs
 from .trainconfig import TrainConfig, sampler_differs
 
@@ -224,7 +224,7 @@ class Teacher:
             raise ValueError(f"TrainConfig.teacher {cfg.teacher!r} does not share the student's tokenizer "
                              f"(TrainConfig.model {cfg.model!r}): {why}; "
                              "the teacher scores the student's token ids, so both need one vocabulary")
-        self.model = load_model(d, dtype=cfg.dtype)[0]
+        self.model = load_local_model(d, dtype=cfg.dtype)[0]
         V = getattr(self.model.config.get_text_config(), "vocab_size", None)
         if isinstance(V, int) and V < len(tok):
             raise ValueError(f"TrainConfig.teacher {cfg.teacher!r} has {V} embedding rows (vocab_size) for the "
