@@ -214,16 +214,8 @@ PRESETS = {
     "dapo": dict(adv="group", agg="token-mean", eps_high=0.28, dynamic_sampling=True, soft_overlong=True),
     # VAPO (Yue et al. 2025): value pre-training, decoupled (1.0 / adaptive) GAE, clip-higher, token-level loss,
     # positive-example LM loss 0.1
-    "vapo": dict(
-        adv="gae",
-        agg="token-mean",
-        eps_high=0.28,
-        lam_critic=1.0,
-        lam_actor="adaptive",
-        alpha=0.05,
-        value_pretrain_steps=20,
-        mu=0.1,
-    ),
+    "vapo": dict(adv="gae", agg="token-mean", eps_high=0.28, lam_critic=1.0, lam_actor="adaptive", alpha=0.05,
+                 value_pretrain_steps=20, mu=0.1),
     # rejection-sampling fine-tuning (RFT, Yuan et al. 2023): NLL on the policy's own correct samples; a control for RL
     "rft": dict(adv="correct", loss="nll", agg="token-mean"),
     # GSPO (Zheng et al. 2025): one ratio per sequence, clip 3e-4 / 4e-4, mean over sequences, no KL
@@ -238,15 +230,13 @@ PRESETS = {
     "kl_cov": dict(adv="group", loss="kl_cov", agg="token-mean", kl_cov_ratio=2e-3, kl_cov_coef=1.0),
     # PPO-RLHF (Ziegler et al. 2019; Ouyang et al. 2022): critic + GAE, the k1 KL to the reference in the per-token
     # reward
-    "ppo_rlhf": dict(
-        adv="gae", agg="token-mean", lam_critic=0.95, lam_actor=0.95, beta=0.05, kl="k1", kl_in_reward=True
-    ),
+    "ppo_rlhf": dict(adv="gae", agg="token-mean", lam_critic=0.95, lam_actor=0.95, beta=0.05, kl="k1",
+                     kl_in_reward=True),
     # GRPO with truncated importance sampling on the sampler gap (Yao et al. 2025: token level, C = 2)
     "grpo_tis": dict(adv="group", agg="seq-mean-token-mean", beta=0.04, kl="k3", tis="token_truncate", tis_c_max=2.0),
     # GRPO with IcePop's two-sided token mask (Ling team 2025): tokens whose pi_old / mu leaves [0.5, 5] get no gradient
-    "grpo_icepop": dict(
-        adv="group", agg="seq-mean-token-mean", beta=0.04, kl="k3", rs="token", rs_low=0.5, rs_high=5.0
-    ),
+    "grpo_icepop": dict(adv="group", agg="seq-mean-token-mean", beta=0.04, kl="k3", rs="token", rs_low=0.5,
+                        rs_high=5.0),
     # TRL 1.16's GRPOConfig() defaults: scale_rewards="group", loss_type="dapo" (a token mean over the batch), epsilon
     # 0.2,
     # importance_sampling_level="token", beta 0 (so no KL term and no reference model; TRL's use_bias_correction_kl then
@@ -257,14 +247,8 @@ PRESETS = {
     # baseline, REINFORCE weighted by the unclipped, detached pi / mu with mu the sampler's own log-probs, a response
     # admitted when the
     # mean binary KL of its sampled tokens is <= 3e-3; no clip, no KL, the mean per response then over the batch
-    "flash_reinforce": dict(
-        adv="batch-mean",
-        loss="flash_reinforce",
-        agg="seq-mean-token-mean",
-        clip_anchor="sampler",
-        beta=0.0,
-        flash_delta=3e-3,
-    ),
+    "flash_reinforce": dict(adv="batch-mean", loss="flash_reinforce", agg="seq-mean-token-mean", clip_anchor="sampler",
+                            beta=0.0, flash_delta=3e-3),
 }
 def _trl_checks(a:Algo, base_loss:str, trl:dict):
     ("TRL's delta and importance_sampling_level act as rl_notes' dual clip and `gspo` loss only where they compute the "

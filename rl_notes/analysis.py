@@ -338,18 +338,14 @@ _V1L = VerdictMeta("declared after V1", -1, "V1-long remedies vs the RM-initiali
 VERDICT_META = {
     "OS1": VerdictMeta("pre-registered", -1, "OS1: stale vs on-policy"),
     **{k: VerdictMeta("pre-registered", +1, "stale-sampler corrections vs stale") for k in ("OS2", "OS3")},
-    **{
-        k: VerdictMeta("declared after OS1-OS3", +1, "stale-sampler corrections vs stale")
-        for k in ("OS4", "OS5", "OS6")
-    },
+    **{k: VerdictMeta("declared after OS1-OS3", +1, "stale-sampler corrections vs stale") for k in ("OS4", "OS5",
+        "OS6")},
     **{k: VerdictMeta("pre-registered", -1, "KL arms vs no KL") for k in ("KL1", "KL2")},
     "D1": VerdictMeta("first design", +1, "D1"),
     "D1-shift": VerdictMeta("declared after D1; pilot seeds included", +1, "D1-shift"),
     **{k: VerdictMeta("pre-registered", +1, "D2 arms vs eps_high 0.2", "batches") for k in ("D2", "D2b")},
-    **{
-        k: VerdictMeta("declared after D2", +1, "D2-many arms vs eps_high 0.2", "batches")
-        for k in ("D2-many", "D2b-many")
-    },
+    **{k: VerdictMeta("declared after D2", +1, "D2-many arms vs eps_high 0.2", "batches") for k in ("D2-many",
+        "D2b-many")},
     "D3": VerdictMeta("first design; pilot seeds included", +1, "D3 runs (two metrics)"),
     "D3-budget": VerdictMeta("declared after D3; pilot seeds included", +1, "D3 runs (two metrics)"),
     "D4": VerdictMeta("first design", +1, "D4"),
@@ -357,76 +353,49 @@ VERDICT_META = {
     "D4-early token-mean": VerdictMeta("declared after D4-early", +1, "D4-early arms vs GRPO"),
     "D4-early-rep": VerdictMeta("declared after D4-early", +1, "D4-early-rep"),
     "D5": VerdictMeta("first design", +1, "D5"),
-    **{
-        k: VerdictMeta("declared after D5; pilot seeds included", +1, "D5-search runs (two budgets)")
-        for k in ("D5-search", "D5-search-budget")
-    },
+    **{k: VerdictMeta("declared after D5; pilot seeds included", +1, "D5-search runs (two budgets)")
+       for k in ("D5-search", "D5-search-budget")},
     "V1-late": VerdictMeta("first design", -1, "V1 runs (two windows)"),
     "V1": VerdictMeta("window chosen after the first run", -1, "V1 runs (two windows)"),
     **{k: _V1L for k in ("V1-long", "V1-long critic-lambda-1", "V1-long actor-lambda-1")},
-    **{
-        k: VerdictMeta("first design", +1, _EST)
-        for k in ("CISPO", "Clip-Cov", "KL-Cov", "80/20", "GSPO", "RLOO", "REINFORCE++")
-    },
+    **{k: VerdictMeta("first design", +1, _EST) for k in ("CISPO", "Clip-Cov", "KL-Cov", "80/20", "GSPO", "RLOO",
+                                                          "REINFORCE++")},
     **{k: VerdictMeta("pre-registered", +1, _EST) for k in ("SAPO", "VESPO")},
     "LUSPO": VerdictMeta("pre-registered", +1, "LUSPO vs GSPO"),
     **{f"{k}-confirm": VerdictMeta("pre-registered", +1, "OS4-OS6 confirmation") for k in ("OS4", "OS5", "OS6")},
-    **{
-        f"{k}-confirm": VerdictMeta("pre-registered", +1, "D2-many confirmation", "batches")
-        for k in ("D2-many", "D2b-many")
-    },
+    **{f"{k}-confirm": VerdictMeta("pre-registered", +1, "D2-many confirmation", "batches") for k in ("D2-many",
+        "D2b-many")},
     "D1-shift-confirm": VerdictMeta(
-        "pre-registered; deviated: ran on an SFT start retrained on another machine, not the declared same start",
-        +1,
-        "D1-shift confirmation",
-    ),
+            "pre-registered; deviated: ran on an SFT start retrained on another machine, not the declared same start",
+                                    +1, "D1-shift confirmation"),
     "D5-search-confirm": VerdictMeta("pre-registered", +1, "D5-search confirmation"),
     "V1-confirm": VerdictMeta(
-        "pre-registered; deviated: ran on a retrained SFT start and reward model, not the declared same ones",
-        -1,
-        "V1 confirmation",
-    ),
-    **{
-        k: VerdictMeta("pre-registered", +1, "IPO vs the stale-sampler corrections")
-        for k in ("IPO-stale", "IPO-IcePop", "IPO-opsm", "IPO-coupled")
-    },
-    **{
-        k: VerdictMeta("pre-registered", +1, "entropy target vs the D1 arms")
-        for k in ("ET-adaptive", "ET-vs-CH", "ET-fixed")
-    },
+            "pre-registered; deviated: ran on a retrained SFT start and reward model, not the declared same ones",
+                              -1, "V1 confirmation"),
+    **{k: VerdictMeta("pre-registered", +1, "IPO vs the stale-sampler corrections") for k in ("IPO-stale",
+        "IPO-IcePop", "IPO-opsm", "IPO-coupled")},
+    **{k: VerdictMeta("pre-registered", +1, "entropy target vs the D1 arms") for k in ("ET-adaptive", "ET-vs-CH",
+                                                                                       "ET-fixed")},
     "FlashREINFORCE": VerdictMeta("pre-registered", +1, "FlashREINFORCE vs GRPO (D3)"),
     "GDPO-scale": VerdictMeta("declared after GDPO-mix", +1, "GDPO vs sum then normalise (D3, two rewards)"),
     # across independently trained starts (58_across_starts): declared before their runs, K sized from the first 3
     # starts, which count
     "OS1-starts": VerdictMeta("pre-registered; pilot seeds included", -1, "OS1 across starts", "starts", sesoi=0.02),
-    **{
-        k: VerdictMeta(
-            "pre-registered; pilot seeds included",
-            +1,
-            "stale-sampler corrections vs stale, across starts",
-            "starts",
-            sesoi=0.02,
-        )
-        for k in ("OS2-starts", "OS4-starts", "OS6-starts", "IPO-stale-starts")
-    },
+    **{k: VerdictMeta("pre-registered; pilot seeds included", +1, "stale-sampler corrections vs stale, across starts",
+                      "starts", sesoi=0.02)
+       for k in ("OS2-starts", "OS4-starts", "OS6-starts", "IPO-stale-starts")},
     "D3-starts": VerdictMeta("pre-registered; pilot seeds included", +1, "D3 across starts", "starts", sesoi=0.01),
-    "D1-shift-starts": VerdictMeta(
-        "pre-registered; pilot seeds included", +1, "D1-shift across starts", "starts", sesoi=0.03
-    ),
+    "D1-shift-starts": VerdictMeta("pre-registered; pilot seeds included", +1, "D1-shift across starts", "starts",
+                                   sesoi=0.03),
     "TP1-starts": VerdictMeta("pre-registered", +1, "TP1 across starts", "starts", sesoi=0.02),
     # the staleness sweep across the same starts (59d_staleness): declared before its runs, K = 8 fixed
-    **{
-        f"SW-{c}": VerdictMeta("pre-registered", +1, "corrections at lags 4 and 8", "starts", sesoi=0.02)
-        for c in ("TIS", "IcePop", "OPSM", "geometric", "IPO", "M2PO", "DPPO-TV", "DPPO-KL", "asym-clip")
-    },
-    **{
-        k: VerdictMeta("pre-registered", +1, "distil then RL vs mixed and vs RL 80", "starts", sesoi=0.02)
-        for k in ("DTR-vs-mixed", "DTR-vs-RL80")
-    },
-    **{
-        k: VerdictMeta("pre-registered", +1, "on-policy distillation vs SFT on the teacher's samples and vs GRPO (D3)")
-        for k in ("Distill-vs-SFT", "Distill-vs-RL")
-    },
+    **{f"SW-{c}": VerdictMeta("pre-registered", +1, "corrections at lags 4 and 8", "starts", sesoi=0.02)
+       for c in ("TIS", "IcePop", "OPSM", "geometric", "IPO", "M2PO", "DPPO-TV", "DPPO-KL", "asym-clip")},
+    **{k: VerdictMeta("pre-registered", +1, "distil then RL vs mixed and vs RL 80", "starts", sesoi=0.02)
+       for k in ("DTR-vs-mixed", "DTR-vs-RL80")},
+    **{k: VerdictMeta("pre-registered", +1,
+            "on-policy distillation vs SFT on the teacher's samples "
+            "and vs GRPO (D3)") for k in ("Distill-vs-SFT", "Distill-vs-RL")},
 }
 
 def verdict_meta(vid:str) -> VerdictMeta|None:

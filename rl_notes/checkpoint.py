@@ -302,18 +302,9 @@ def _load_model_pair(path:Path, st:dict, acc, name:str, model, opt):
 def _restore_rng(path:Path, st:dict, rank:int):
     rf = path / f"rng_{rank}.json"
     _check_file(path, rf.name, st, f"cannot restore RNG state from {rf}")
-    try:
-        set_rng_state(json.loads(rf.read_text()))
-    except (
-        OSError,
-        json.JSONDecodeError,
-        UnicodeDecodeError,
-        KeyError,
-        IndexError,
-        TypeError,
-        ValueError,
-        RuntimeError,
-    ) as e:
+    try: set_rng_state(json.loads(rf.read_text()))
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError, KeyError, IndexError, TypeError, ValueError,
+            RuntimeError) as e:
         raise CheckpointError(f"cannot restore RNG state from {rf}: {type(e).__name__}: {e}") from None
 
 def load_checkpoint(path,  # a directory written by `save_checkpoint`

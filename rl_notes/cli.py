@@ -114,9 +114,8 @@ def demo(out:str|Path="runs/demo",  # output directory; its runs are replaced wh
             f"demo --out {str(out)!r} holds {', '.join(theirs)}, which a previous demo did not write; "
                                      "nothing was replaced: give another --out")
     t0 = time.time()
-    sft = sft or sft_warm_start(
-        d["task"], SFTConfig(**d["sft"]), cache_dir=cache_dir, progress=progress, **d["task_kw"]
-    )
+    sft = sft or sft_warm_start(d["task"], SFTConfig(**d["sft"]), cache_dir=cache_dir, progress=progress,
+                                **d["task_kw"])
     t_sft, wall = time.time() - t0, {}
     for a in algos:
         t1 = time.time()
@@ -645,9 +644,8 @@ def _stop_signal(e:BaseException) -> tuple[str, int]:
     ("(what stopped the run, the exit status): the trainer's 'stopped by SIGTERM after step N' says which signal "
      "(status 128 + its number), else Ctrl-C (130).")
     m = re.match(r"stopped by (SIG[A-Z]+) ", str(e))
-    return (
-        (m.group(1), 128 + int(getattr(signal, m.group(1)))) if m and hasattr(signal, m.group(1)) else ("Ctrl-C", 130)
-    )
+    return (m.group(1), 128 + int(getattr(signal, m.group(1)))) if m and hasattr(signal, m.group(1)) else ("Ctrl-C",
+        130)
 
 def _failure(a, e:BaseException, argv:list, status:int) -> int:
     ("The last catch: one `rl_notes: error:` line (the cause, where: the step and the code, what is kept), the "

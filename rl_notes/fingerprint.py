@@ -123,19 +123,10 @@ _UNRUN_PRESETS = {"flash_reinforce":
 
 # name -> (task (a `TASK_KW` key), algo, TrainConfig fields): every preset, then every flag the experiments set
 RL_RUNS = {
-    **{
-        p: (
-            "add1",
-            get_algo(
-                p,
-                **({"cache_len": 2} if PRESETS[p].get("soft_overlong") else {}),
-                **({"value_pretrain_steps": 2} if PRESETS[p].get("value_pretrain_steps") else {}),
-            ),
-            {},
-        )
-        for p in PRESETS
-        if p not in _OFF_PRESETS + _LATE_PRESETS + tuple(_UNRUN_PRESETS)
-    },
+    **{p: ("add1", get_algo(p, **({"cache_len": 2} if PRESETS[p].get("soft_overlong") else {}),
+                         **({"value_pretrain_steps": 2} if PRESETS[p].get("value_pretrain_steps") else {})), {})
+                         for p in PRESETS
+       if p not in _OFF_PRESETS + _LATE_PRESETS + tuple(_UNRUN_PRESETS)},
     "dual_clip": ("add1", get_algo("grpo", dual_clip=2.0, eps_low=0.1), {}),
     "kl_k1": ("add1", get_algo("grpo", kl="k1", beta=0.1), {}),
     "kl_k2": ("add1", get_algo("grpo", kl="k2", beta=0.1), {}),
@@ -154,36 +145,23 @@ RL_RUNS = {
     "tis_sequence_truncate": ("add1", get_algo("grpo", tis="sequence_truncate", tis_c_max=1.0), {}),
     "tis_sequence_mask": ("add1", get_algo("grpo", tis="sequence_mask", tis_c_min=1.0, tis_c_max=1.0), {}),
     "tis_no_upper": ("add1", get_algo("grpo", tis="token_truncate", tis_c_min=1.0, tis_c_max=None), {}),
-    "gae_options": (
-        "add1",
-        get_algo("ppo", gamma=0.9, whiten_adv=False, value_clip=0.2, lam_actor=0.5, lam_critic=0.8),
-        {},
-    ),
+    "gae_options": ("add1",
+                    get_algo("ppo", gamma=0.9, whiten_adv=False, value_clip=0.2, lam_actor=0.5, lam_critic=0.8), {}),
     "vapo_lambda": ("add1", get_algo("ppo", lam_critic=1.0, lam_actor="adaptive", alpha=1.0, mu=0.5), {}),
     "critic_init": ("add1", get_algo("ppo"), dict(critic_init="<rm>")),
-    "on_policy_ppo": ("add1", get_algo("ppo"), dict(ppo_epochs=1, n_minibatches=1)),  # one pass: no old log-prob pass
+    # one pass: no old log-prob pass
+    "on_policy_ppo": ("add1", get_algo("ppo"), dict(ppo_epochs=1, n_minibatches=1)),
     "on_policy_grpo": ("add1", get_algo("grpo"), dict(ppo_epochs=1, n_minibatches=1)),
-    "optimiser": (
-        "add1",
-        get_algo("grpo"),
-        dict(lr=1e-3, critic_lr=2e-3, weight_decay=0.1, max_grad_norm=0.5, warmup_steps=1, temperature=0.7, seed=1),
-    ),
-    "lora": (
-        "add1",
-        get_algo("grpo"),
-        dict(lora_r=4, lora_alpha=8.0, lora_dropout=0.1, lora_target_modules=["q_proj", "v_proj"]),
-    ),
+    "optimiser": ("add1", get_algo("grpo"),
+                  dict(lr=1e-3, critic_lr=2e-3, weight_decay=0.1, max_grad_norm=0.5, warmup_steps=1,
+                                               temperature=0.7, seed=1)),
+    "lora": ("add1", get_algo("grpo"),
+             dict(lora_r=4, lora_alpha=8.0, lora_dropout=0.1, lora_target_modules=["q_proj", "v_proj"])),
     "bf16": ("add1", get_algo("grpo"), dict(dtype="bfloat16")),
-    "grad_ckpt": (
-        "add1",
-        get_algo("ppo"),
-        dict(gradient_checkpointing=True),
-    ),  # recomputes exactly: its rows equal ppo's
-    "dataset_rewards": (
-        "add1",
-        get_algo("grpo"),
-        dict(dataset="<data>", reward=["rl_notes.fingerprint:reward_short"], reward_weights=[0.5]),
-    ),
+    # recomputes exactly: its rows equal ppo's
+    "grad_ckpt": ("add1", get_algo("ppo"), dict(gradient_checkpointing=True)),
+    "dataset_rewards": ("add1", get_algo("grpo"), dict(dataset="<data>", reward=["rl_notes.fingerprint:reward_short"],
+                                                    reward_weights=[0.5])),
     "add_pad": ("add_pad", get_algo("grpo"), dict(max_new_tokens=12)),
     "add_checks": ("add_checks", get_algo("dapo", cache_len=4), dict(max_new_tokens=12)),
     "countdown": ("countdown", get_algo("grpo"), dict(max_new_tokens=12)),
@@ -241,14 +219,10 @@ def _rl_rows(name:str, micro:Path, work:Path) -> list[dict]:
 # %% ../nbs/36_fingerprint.ipynb #b342a168
 SFT_RUNS = {  # name -> (task, SFTConfig fields): a few steps on each task, and the early-stopping path
     "add1": ("add1", dict(steps=3, batch_size=8, n_train=32, eval_n=4, target_accuracy=None)),
-    "add_pad": (
-        "add_pad",
-        dict(steps=3, batch_size=8, n_train=32, eval_n=4, target_accuracy=0.99, eval_every=2, val_n=4),
-    ),
-    "countdown": (
-        "countdown",
-        dict(steps=3, batch_size=8, n_train=32, eval_n=4, target_accuracy=None, warmup=1, weight_decay=0.1),
-    ),
+    "add_pad": ("add_pad",
+                dict(steps=3, batch_size=8, n_train=32, eval_n=4, target_accuracy=0.99, eval_every=2, val_n=4)),
+    "countdown": ("countdown",
+                  dict(steps=3, batch_size=8, n_train=32, eval_n=4, target_accuracy=None, warmup=1, weight_decay=0.1)),
 }
 EVAL_RUNS = {  # name -> task: `sample_eval` of the micro model (greedy accuracy, pass@k, entropies, lengths)
     "add1": "add1", "add_pad": "add_pad", "countdown": "countdown"}

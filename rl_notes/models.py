@@ -59,21 +59,13 @@ def tiny_llama(tokenizer:PreTrainedTokenizerFast,  # gives the vocabulary size a
     if (hidden_size // heads) % 2: raise ValueError(f"head dim {hidden_size // heads} must be even for RoPE")
     if intermediate_size is None: intermediate_size = 32 * math.ceil(hidden_size * 8 / 3 / 32)
     attn = kw.pop("attn_implementation", "sdpa")
-    cfg = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=hidden_size,
-        intermediate_size=intermediate_size,
-        num_hidden_layers=num_layers,
-        num_attention_heads=heads,
-        num_key_value_heads=kw.pop("kv_heads", heads),
-        max_position_embeddings=max_position_embeddings,
-        rope_theta=rope_theta,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        tie_word_embeddings=kw.pop("tie_word_embeddings", True),
-        **kw,
-    )
+    cfg = LlamaConfig(vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=intermediate_size,
+                      num_hidden_layers=num_layers, num_attention_heads=heads,
+                      num_key_value_heads=kw.pop("kv_heads", heads),
+                      max_position_embeddings=max_position_embeddings, rope_theta=rope_theta,
+                      pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
+                      eos_token_id=tokenizer.eos_token_id, tie_word_embeddings=kw.pop("tie_word_embeddings", True),
+                      **kw)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = LlamaForCausalLM._from_config(cfg, attn_implementation=attn)

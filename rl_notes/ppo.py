@@ -281,9 +281,8 @@ def _ev_reduced(values, returns, m, reduce):
     n, sy, sd = reduced_sum(reduce, torch.stack([m.sum().double(), masked_sum(returns, m), masked_sum(d, m)]))
     if n < 2: return torch.tensor(float('nan'))
     # $\mathrm{Var}[y] = \frac{1}{n-1}\sum_{\text{all processes}}(y - \bar y)^2$, likewise for $y - \hat y$
-    ssy, ssd = reduced_sum(
-        reduce, torch.stack([masked_sum((returns - sy / n) ** 2, m), masked_sum((d - sd / n) ** 2, m)])
-    )
+    ssy, ssd = reduced_sum(reduce,
+                           torch.stack([masked_sum((returns - sy / n) ** 2, m), masked_sum((d - sd / n) ** 2, m)]))
     if ssy == 0: return torch.tensor(float('nan'))
     return (1 - ssd / ssy).float()
 

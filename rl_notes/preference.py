@@ -215,9 +215,8 @@ def _dpo_loop(policy, ref, pairs:list, cfg:DPOConfig, eval_fn, rd:RunDir|None) -
     def record(row):
         hist.append(row)
         if rd: rd.append(row)
-
-    def evaluate_row():
-        return {**_probe_row(policy, probe_pairs, ref_c, ref_r, cfg), **(eval_fn(policy) if eval_fn else {})}
+    def evaluate_row(): return {**_probe_row(policy, probe_pairs, ref_c, ref_r, cfg),
+                                **(eval_fn(policy) if eval_fn else {})}
     if start == 0: record({"step": 0, **evaluate_row()})
     policy.train()
     for step in range(start + 1, cfg.steps + 1):

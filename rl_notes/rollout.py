@@ -285,11 +285,8 @@ def generate(model,  # a causal LM (e.g. `tiny_llama` or `load_model`)
         if not bool(ok.all()):                                               # sampling stays valid; refused below
             bad |= ~ok
             logits = torch.where(ok[:, None], logits, torch.zeros_like(logits))
-        keep = (
-            keep_mask(torch.softmax(logits / temperature if temperature != 1.0 else logits, -1), top_k, top_p, min_p)
-            if truncate
-            else None
-        )
+        keep = keep_mask(torch.softmax(logits / temperature if temperature != 1.0 else logits, -1), top_k, top_p,
+                         min_p) if truncate else None
         tok = logits.argmax(-1) if greedy else _sample_blocks(logits, temperature, gen, keep)
         lp = token_logp(logits, tok, temperature)                          # (B,) as `logprobs_from_logits` computes it
         live = ~done
@@ -422,12 +419,8 @@ def response_logprobs(model,  # a causal LM (gradients flow unless called under 
 def _cat_support(sups:list, T:int) -> torch.Tensor:
     "(B_i, T_i, K_i) supports -> (sum B_i, T, max K_i), padded with -1."
     K = max(s.shape[2] for s in sups)
-    return torch.cat(
-        [
-            torch.nn.functional.pad(s, (0, K - s.shape[2], 0, 0 if s.dim() < 3 else T - s.shape[1]), value=-1)
-            for s in sups
-        ]
-    )
+    return torch.cat([torch.nn.functional.pad(s, (0, K - s.shape[2], 0, 0 if s.dim() < 3 else T - s.shape[1]),
+                                              value=-1) for s in sups])
 
 def cat_rollouts(rollouts:list[Rollout],  # rollouts with the same group size and temperature
                  pad_token_id:int|None=None,  # id used for the new padding; default: the first rollout's

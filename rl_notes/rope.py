@@ -154,9 +154,8 @@ def rope_cos_sin(positions:torch.Tensor|int,  # integer positions (T,) or (B, T)
 
 # %% ../nbs/01_rope.ipynb #9c3781db
 def _halves(x, layout):
-    return (
-        (x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]) if layout == "half" else (x[..., 0::2], x[..., 1::2])
-    )
+    return (x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]) if layout == "half" else (x[..., 0::2],
+        x[..., 1::2])
 
 def _rotate(x, c, s, layout):
     "Rotate the pairs of `x` (..., T, D) by the angles whose cos/sin are `c`, `s` (broadcastable to (..., T, D/2))."

@@ -392,9 +392,8 @@ def trl_config(algo:str|Algo="grpo",  # the preset the algorithm's settings chan
     is_algo = lambda k: k in af or (k in TRL_NAMES and TRL_NAMES[k].cls == "Algo")
     a = {k: v for k, v in kw.items() if is_algo(k)}
     t = from_trl("TrainConfig", tf, {k: v for k, v in kw.items() if not is_algo(k)})
-    return TrainConfig(
-        algo=get_algo(algo, **a), **({**PRESET_TRAIN.get(algo, {}), **t} if isinstance(algo, str) else t)
-    )
+    return TrainConfig(algo=get_algo(algo, **a),
+                       **({**PRESET_TRAIN.get(algo, {}), **t} if isinstance(algo, str) else t))
 
 # %% ../nbs/21_trainconfig.ipynb #37911bf3
 CHARS = "0123456789+-*()=,:"  # every character a prompt or response of the lab's tasks (`rl_notes.tasks`) can contain
