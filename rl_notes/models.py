@@ -398,9 +398,8 @@ def preflight(cfg:TrainConfig,  # the run's settings
              ):
     ("Before any weights load: the tokenizer against the model, every prompt rendered, empty and too-long prompts, "
      "reward weights.")
-    if cfg.report_to == "tensorboard" and not cfg.overwrite and (why := dir_problem(tb := os.path.join(cfg.out_dir,
-        "tensorboard"))):
-        # --overwrite removes a run's own
+    tb = os.path.join(cfg.out_dir, "tensorboard")
+    if cfg.report_to == "tensorboard" and not cfg.overwrite and (why := dir_problem(tb)):   # --overwrite clears it
         raise ValueError(f'TrainConfig.report_to="tensorboard" writes to {tb!r}, which cannot be created: {why}')
     tok, mc = load_tokenizer(model_dir), _model_config(model_dir)
     V, limit = mc.get("vocab_size"), mc.get("max_position_embeddings") or mc.get("n_positions")

@@ -55,39 +55,28 @@ def needed_extras(cfg:TrainConfig) -> dict:
     return need
 
 def check_extras(cfg:TrainConfig, find=None):
-    ("A ValueError naming the first optional package the run needs that is not installed, and the extra that installs "
-     "it.")
+    "A ValueError naming the first optional package the run needs that is missing, and the extra that installs it."
     find = find or importlib.util.find_spec   # looked up at call time (a test can hide a package)
     for pkg, (why, extra) in needed_extras(cfg).items():
-        if find(pkg) is None: raise ValueError(
-                f'{why} needs {pkg}, which is not installed: pip install "rl_notes[{extra}]"')
+        if find(pkg) is None:
+            raise ValueError(f'{why} needs {pkg}, which is not installed: pip install "rl_notes[{extra}]"')
 
 # %% ../nbs/31b_run.ipynb #9ed0b1d1
 @dataclass(frozen=True)
 class Inputs:
-    ("What a run reads, each resolved once: its settings with local paths made absolute, and the local file behind "
-     "each path field.")
-    # the run's settings, local paths absolute (`absolute_paths`): a reward's `os.chdir` moves nothing the run reads or
-    # writes
-    cfg: TrainConfig
-    # `TrainConfig.model`'s directory (a hub id: its cached snapshot); None: not resolved (a lab key reads the data
-    # only)
-    model: Path|None = None
-    # `TrainConfig.teacher`'s directory, checked to hold a Hugging Face checkpoint; None: no teacher
-    teacher: Path|None = None
-    # `TrainConfig.critic_init` (`load_reward_model` checks it); None: the critic starts from the policy
-    critic_init: Path|None = None
-    # `TrainConfig.dataset`'s file, directory or hub snapshot; None: the task's prompts, or a `Dataset` in memory
-    dataset: Path|None = None
+    "What a run reads, each resolved once: its settings with absolute paths, and the local file behind each path."
+    cfg: TrainConfig  # the run's settings, local paths absolute (`absolute_paths`)
+    model: Path|None = None  # `TrainConfig.model`'s directory (a hub id: its snapshot); None: not resolved (a lab key)
+    teacher: Path|None = None  # `TrainConfig.teacher`'s directory, checked to hold a checkpoint; None: no teacher
+    critic_init: Path|None = None  # `TrainConfig.critic_init` (`load_reward_model` checks it); None: from the policy
+    dataset: Path|None = None  # `TrainConfig.dataset`'s file, directory or hub snapshot; None: the task's, or in memory
     dataset_hub: bool = False  # the dataset is a hub id (`org/name[:config[:split]]`)
 
 def resolve_inputs(cfg:TrainConfig,
                    processes:int=1,  # the data-parallel processes the run will use (the batch must split over them)
-                   # the whole run: the model, teacher and critic, and the checks; False: the dataset only (a lab key)
-                   models:bool=True,
+                   models:bool=True,  # the whole run (model, teacher, critic, checks); False: the dataset only
                   ) -> Inputs:
-    ("The one place a run's inputs are resolved: paths made absolute, the batch checked against the processes, every "
-     "path its local file.")
+    "The one place a run's inputs are resolved: absolute paths, the batch against the processes, each path's file."
     cfg = absolute_paths(cfg)      # once: nothing later depends on the current directory
     ds = cfg.dataset if isinstance(cfg.dataset, str) else None
     if not models:
